@@ -1,0 +1,17 @@
+"""ONNX Gather, GatherElements and GatherND for JAX, each one ``lax.gather``."""
+
+from jax_gather.checked import checked
+from jax_gather.ops import gather, gather_elements, gather_nd
+from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
+
+__all__ = [
+    "GatherPlan",
+    "checked",
+    "gather",
+    "gather_elements",
+    "gather_elements_plan",
+    "gather_nd",
+    "gather_nd_plan",
+    "gather_plan",
+]
+__version__ = "0.1.0"

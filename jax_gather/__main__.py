@@ -1,0 +1,3 @@
+from jax_gather.cli import main
+
+raise SystemExit(main())

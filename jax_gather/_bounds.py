@@ -1,0 +1,197 @@
+"""Index handling shared by the ops: dtype rules, bounds masks, bounds errors, fill values.
+
+Bounds are always judged on the indices as the caller gave them, per index component against
+its own data axis, before any narrowing: an int64 index of 2**32 + 1 is out of bounds, never a
+read of row 1 after a wrap to int32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+
+from jax_gather._checks import fail
+from jax_gather.plans import GatherPlan
+
+_INT32 = np.iinfo(np.int32)
+
+
+def check_index_dtype(op_name: str, dtype: Any) -> None:
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise fail(
+            TypeError,
+            op_name,
+            f"indices must have an integer dtype (int32 or int64), got {np.dtype(dtype).name}",
+        )
+
+
+def _position(pos: tuple[int, ...]) -> str:
+    return "indices" if not pos else "indices[" + ", ".join(str(p) for p in pos) + "]"
+
+
+def _range_text(size: int) -> str:
+    return f"valid range [{-size}, {size - 1}]" if size else "the axis is empty: no index is valid"
+
+
+def raise_if_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> None:
+    """Raises IndexError naming the first (C order) out-of-bounds index of concrete indices."""
+    if indices.size == 0:
+        return
+    bad = np.zeros(indices.shape, dtype=bool)
+    for c, size in enumerate(plan.index_sizes):
+        part = indices if plan.append_index_vector_dim else indices[..., c]
+        # Python-int bounds keep the comparison exact for every integer dtype (NEP 50).
+        part_bad = (part < -size) | (part >= size)
+        if plan.append_index_vector_dim:
+            bad = part_bad
+        else:
+            bad[..., c] = part_bad
+    if not bad.any():
+        return
+    pos = tuple(int(p) for p in np.unravel_index(int(np.argmax(bad)), bad.shape))
+    component = 0 if plan.append_index_vector_dim else pos[-1]
+    axis, size = plan.index_axes[component], plan.index_sizes[component]
+    message = (
+        f"{_position(pos)} = {indices[pos]} is out of bounds for axis {axis} of size {size} "
+        f"({_range_text(size)})"
+    )
+    if not plan.append_index_vector_dim:
+        tuple_pos = _position(pos[:-1] + (":",))
+        message += f"; it is component {component} of the index tuple {tuple_pos}"
+    raise fail(IndexError, plan.op_name, message)
+
+
+def in_bounds_mask(plan: GatherPlan, indices: jax.Array) -> jax.Array:
+    """Per-element (per index component for GatherND) in-bounds mask of the raw indices."""
+    sizes = np.asarray(plan.index_sizes, dtype=np.int64)
+    if plan.append_index_vector_dim:
+        sizes = sizes[0]
+    # Compare in a dtype that holds both the indices and the bounds exactly.
+    dtype = jnp.promote_types(indices.dtype, jnp.int32 if sizes.max() <= _INT32.max else jnp.int64)
+    if jnp.issubdtype(indices.dtype, jnp.unsignedinteger):
+        return indices < jnp.asarray(sizes, indices.dtype)
+    wide = indices.astype(dtype)
+    return (wide >= jnp.asarray(-sizes, dtype)) & (wide < jnp.asarray(sizes, dtype))
+
+
+def debug_check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> None:
+    """A checkify check reporting the first out-of-bounds index in the eager error's words."""
+    if ok.size == 0:
+        return
+    flat = jnp.argmin(ok.ravel())  # the first False
+    pos = jnp.unravel_index(flat, ok.shape) if ok.ndim else ()
+    value = indices.ravel()[flat]
+    component = 0 if plan.append_index_vector_dim else pos[-1]
+    axis = jnp.asarray(plan.index_axes)[component]
+    size = jnp.asarray(plan.index_sizes)[component]
+    slots = lambda n: "indices" if not n else "indices[" + ", ".join(["{}"] * n) + "]"
+    message = (
+        f"{plan.op_name}: {slots(ok.ndim)} = {{}} is out of bounds for axis {{}} of size {{}} "
+        "(valid range [{}, {}])"
+    )
+    args = (*pos, value, axis, size, -size, size - 1)
+    if not plan.append_index_vector_dim:
+        message += "; it is component {} of the index tuple indices[" + "{}, " * (ok.ndim - 1) + ":]"
+        args += (component, *pos[:-1])
+    checkify.debug_check(jnp.all(ok), message, *args)
+
+
+def working_indices(plan: GatherPlan, indices: jax.Array, clamp: bool) -> jax.Array:
+    """Indices as the gather reads them: signed, narrowed with saturation, negatives normalised
+    and, with ``clamp``, clamped into [0, s-1].
+
+    Saturating keeps out-of-bounds values out of bounds. Clamping here, rather than leaving it
+    to the gather's native clamp, keeps every index the gather sees in bounds, so JAX's own
+    checkify index checks never flag a position that "fill" or "clip" handles on purpose.
+    """
+    wide = max(plan.index_sizes, default=0) > _INT32.max
+    target = jnp.int64 if wide else jnp.int32
+    info = jnp.iinfo(target)
+    if indices.dtype != target:
+        src = jnp.iinfo(indices.dtype)
+        lo = max(src.min, info.min)
+        hi = min(src.max, info.max)
+        if (lo, hi) != (src.min, src.max):
+            indices = jnp.clip(indices, jnp.asarray(lo, indices.dtype), jnp.asarray(hi, indices.dtype))
+        indices = indices.astype(target)
+    sizes = np.asarray(plan.index_sizes, dtype=target)
+    if plan.append_index_vector_dim:
+        sizes = sizes[0]
+    indices = jnp.where(indices < 0, indices + sizes, indices)
+    if clamp:
+        indices = jnp.clip(indices, 0, jnp.asarray(sizes - 1, target))
+    return indices
+
+
+def narrow_host_indices(indices: np.ndarray) -> np.ndarray:
+    """With x64 off JAX would wrap 64-bit indices to int32; saturate them instead."""
+    if jax.config.jax_enable_x64 or indices.dtype.itemsize < 8:
+        return indices
+    if indices.dtype.kind == "u":
+        return np.minimum(indices, _INT32.max).astype(np.int32)
+    return np.clip(indices, _INT32.min, _INT32.max).astype(np.int32)
+
+
+def default_fill_value(dtype: Any) -> Any:
+    """``jnp.take``'s defaults: NaN for inexact, the minimum for signed, the maximum for unsigned."""
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return np.nan
+    if jnp.issubdtype(dtype, jnp.signedinteger):
+        return int(jnp.iinfo(dtype).min)
+    if jnp.issubdtype(dtype, jnp.unsignedinteger):
+        return int(jnp.iinfo(dtype).max)
+    return True
+
+
+def fill_scalar(op_name: str, fill_value: Any, dtype: Any) -> jax.Array:
+    """``fill_value`` as a scalar of ``dtype``, refusing values the dtype cannot hold."""
+    if fill_value is None:
+        return jnp.asarray(default_fill_value(dtype), dtype)
+    if isinstance(fill_value, jax.core.Tracer):
+        if fill_value.shape != () or not jnp.can_cast(fill_value.dtype, dtype, casting="same_kind"):
+            raise fail(
+                TypeError,
+                op_name,
+                f"fill_value must be a scalar castable to the data dtype {np.dtype(dtype).name}, "
+                f"got a traced {fill_value.dtype.name}{list(fill_value.shape)}",
+            )
+        return fill_value.astype(dtype)
+    value = np.asarray(fill_value)
+    if value.ndim != 0 or not (value.dtype.kind in "biufc" or jnp.issubdtype(value.dtype, jnp.number)):
+        raise fail(
+            TypeError,
+            op_name,
+            f"fill_value must be a scalar number or bool, got {type(fill_value).__name__} {fill_value!r}",
+        )
+    if not _fits(value, np.dtype(dtype)):
+        raise fail(
+            ValueError,
+            op_name,
+            f"fill_value {fill_value!r} cannot be represented in the data dtype {np.dtype(dtype).name}",
+        )
+    return jnp.asarray(value.astype(dtype), dtype)
+
+
+def _fits(value: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether a scalar survives the cast to ``dtype`` (float rounding allowed, range not)."""
+    v = value.item()
+    if dtype == np.bool_:
+        return v in (0, 1) and not isinstance(v, complex)
+    if jnp.issubdtype(dtype, jnp.integer):
+        if isinstance(v, complex) or (isinstance(v, float) and not v.is_integer()):
+            return False
+        info = jnp.iinfo(dtype)
+        return info.min <= v <= info.max
+    if jnp.issubdtype(dtype, jnp.floating):
+        if isinstance(v, complex):
+            if v.imag != 0:
+                return False
+            v = v.real
+        with np.errstate(over="ignore"):
+            cast = float(np.asarray(v).astype(dtype))
+        return np.isfinite(cast) or not np.isfinite(v)
+    return True

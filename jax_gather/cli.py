@@ -1,0 +1,67 @@
+"""``python -m jax_gather`` / ``jax-gather``: a tour of the ops through the specs' examples."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+import jax
+import numpy as np
+
+import jax_gather
+from jax_gather.spec_examples import SPEC_EXAMPLES
+
+_OPS = {
+    "gather": (jax_gather.gather, jax_gather.gather_plan),
+    "gather_elements": (jax_gather.gather_elements, jax_gather.gather_elements_plan),
+    "gather_nd": (jax_gather.gather_nd, jax_gather.gather_nd_plan),
+}
+
+
+def _inline(x: object) -> str:
+    return " ".join(np.array2string(np.asarray(x), separator=", ").split())
+
+
+def tour(out=sys.stdout) -> int:
+    """Runs every spec example through its op, jitted, and prints the plan it used."""
+    devices = ", ".join(str(d) for d in jax.devices())
+    print(f"jax_gather {jax_gather.__version__} on JAX {jax.__version__}, "
+          f"backend {jax.default_backend()} ({devices})\n", file=out)
+    failures = 0
+    for ex in SPEC_EXAMPLES:
+        op, plan_fn = _OPS[ex.op]
+        data, indices = np.asarray(ex.data), np.asarray(ex.indices)
+        result = jax.jit(op, static_argnums=2)(data, indices, ex.value)
+        plan = plan_fn(data.shape, indices.shape, ex.value)
+        ok = np.allclose(np.asarray(result), np.asarray(ex.expected))
+        failures += not ok
+        dn = plan.dimension_numbers
+        print(f"{ex.name}  [{ex.source}]", file=out)
+        print(f"  jax_gather.{ex.op}(data, indices, {ex.attribute}={ex.value})", file=out)
+        print(f"  data    {_inline(data)}", file=out)
+        print(f"  indices {_inline(indices)}", file=out)
+        print(f"  output  {_inline(result)}  {'matches the spec' if ok else 'DIFFERS from the spec'}", file=out)
+        print(f"  lax.gather: offset_dims={dn.offset_dims} collapsed_slice_dims="
+              f"{dn.collapsed_slice_dims} start_index_map={dn.start_index_map} "
+              f"operand_batching_dims={dn.operand_batching_dims} start_indices_batching_dims="
+              f"{dn.start_indices_batching_dims} slice_sizes={plan.slice_sizes}\n", file=out)
+    print(f"{len(SPEC_EXAMPLES) - failures} of {len(SPEC_EXAMPLES)} spec examples match.", file=out)
+    return 1 if failures else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="jax-gather",
+        description="ONNX Gather, GatherElements and GatherND for JAX. "
+        "With no command: a tour of the spec examples.",
+    )
+    parser.add_subparsers(dest="command", title="commands")
+    args = parser.parse_args(argv)
+    if args.command is None:
+        return tour()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

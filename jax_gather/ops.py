@@ -1,0 +1,205 @@
+"""The three ONNX gathers: validate, normalise, one ``lax.gather``."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_gather import _bounds
+from jax_gather._checks import check_mode, fail
+from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
+
+def _as_data(op_name: str, data: Any) -> Any:
+    if not isinstance(data, jax.Array):  # jax.Array covers tracers too
+        data = np.asarray(data)
+    dtype = data.dtype
+    if not (dtype == np.bool_ or jnp.issubdtype(dtype, jnp.number)):
+        raise fail(
+            TypeError,
+            op_name,
+            f"data must have a boolean or numeric dtype, got {np.dtype(dtype).name}",
+        )
+    return data
+
+
+def _as_indices(op_name: str, indices: Any) -> tuple[Any, np.ndarray | None]:
+    """The indices for the gather, and a host copy when they are concrete (None when traced)."""
+    if isinstance(indices, jax.core.Tracer):
+        _bounds.check_index_dtype(op_name, indices.dtype)
+        return indices, None
+    if isinstance(indices, jax.Array):
+        _bounds.check_index_dtype(op_name, indices.dtype)
+        return indices, indices  # copied to the host only if a check needs it
+    host = np.asarray(indices)
+    if host.size == 0 and host.dtype == np.float64 and not isinstance(indices, np.ndarray):
+        host = host.astype(np.int64)  # an empty Python list has no dtype of its own
+    _bounds.check_index_dtype(op_name, host.dtype)
+    return host, host
+
+
+@functools.partial(jax.jit, static_argnames=("plan", "mode"), inline=True)
+def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan: GatherPlan, mode: str) -> jax.Array:
+    needs_mask = mode in ("fill", "checked")
+    ok = _bounds.in_bounds_mask(plan, indices) if needs_mask else None
+    if mode == "checked":
+        _bounds.debug_check_in_bounds(plan, indices, ok)
+    if ok is not None and not plan.append_index_vector_dim:
+        ok = jnp.all(ok, axis=-1)
+
+    if 0 in plan.index_sizes and indices.size and mode != "fill":
+        # Statically known: no index is valid on an empty axis, so even traced indices fail.
+        axis = plan.index_axes[plan.index_sizes.index(0)]
+        raise fail(
+            IndexError,
+            plan.op_name,
+            f"indices must be empty to index axis {axis} of size 0 (no index is valid), "
+            f"got indices of shape {tuple(indices.shape)} in mode {mode!r}",
+        )
+    if 0 in plan.output_shape:
+        return jnp.zeros(plan.output_shape, data.dtype)
+    if 0 in plan.index_sizes:
+        return jnp.broadcast_to(fill, plan.output_shape)
+
+    if plan.data_block is not None:
+        data = lax.slice(data, (0,) * data.ndim, plan.data_block)
+    # Every mode but a promise clamps the indices itself (and masks for "fill"), so the gather
+    # is always given in-bounds indices, and its transpose always scatters onto in-range rows.
+    idx = _bounds.working_indices(plan, indices, clamp=mode != "promise_in_bounds")
+    if plan.append_index_vector_dim:
+        idx = idx[..., None]
+    out = lax.gather(
+        data,
+        idx,
+        plan.dimension_numbers,
+        plan.slice_sizes,
+        mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+    )
+    if needs_mask:
+        batch_positions = tuple(
+            d for d in range(len(plan.output_shape)) if d not in plan.dimension_numbers.offset_dims
+        )
+        out = jnp.where(lax.broadcast_in_dim(ok, plan.output_shape, batch_positions), out, fill)
+    chex.assert_shape(out, plan.output_shape)
+    return out
+
+
+def _run(
+    plan_fn: Callable[..., GatherPlan],
+    op_name: str,
+    data: Any,
+    indices: Any,
+    attribute: Any,
+    mode: str,
+    fill_value: Any,
+) -> jax.Array:
+    mode = check_mode(op_name, mode)
+    data = _as_data(op_name, data)
+    indices, concrete = _as_indices(op_name, indices)
+    plan = plan_fn(data.shape, indices.shape, attribute)
+    dtype = jax.dtypes.canonicalize_dtype(data.dtype)
+    fill = _bounds.fill_scalar(op_name, fill_value, dtype) if mode in ("fill", "checked") else None
+    if mode == "checked" and concrete is not None:
+        _bounds.raise_if_out_of_bounds(plan, np.asarray(concrete))
+        mode, fill = "promise_in_bounds", None  # proven in bounds: the plain gather suffices
+    if isinstance(indices, np.ndarray):
+        indices = _bounds.narrow_host_indices(indices)
+    return _apply(data, indices, fill, plan=plan, mode=mode)
+
+
+def gather(
+    data: Any, indices: Any, axis: int = 0, *, mode: str = "checked", fill_value: Any = None
+) -> jax.Array:
+    """ONNX Gather (opsets 1, 11, 13): take slices of ``data`` along ``axis``.
+
+    ``output[a..., i..., b...] = data[a..., indices[i...], b...]``, of shape
+    ``data.shape[:axis] + indices.shape + data.shape[axis + 1:]``; indices may have any rank,
+    including 0, and negative indices in [-s, -1] count from the end of the axis.
+
+    Args:
+      data: array-like of rank >= 1, any boolean or numeric dtype.
+      indices: integer array-like of any rank.
+      axis: static int in [-r, r-1].
+      mode: what out-of-bounds indices do: "checked" (default: IndexError on concrete indices;
+        a checkify check, and the "fill" result, when traced), "clip", "fill" or
+        "promise_in_bounds".
+      fill_value: the value of out-of-bounds positions in "fill" (and traced "checked") mode;
+        default NaN for inexact dtypes, the minimum for signed, the maximum for unsigned, True.
+
+    Returns:
+      An array of ``data``'s dtype.
+
+    Example:
+      >>> import jax_gather
+      >>> data = [[1.0, 1.2, 1.9], [2.3, 3.4, 3.9], [4.5, 5.7, 5.9]]
+      >>> jax_gather.gather(data, [[0, 2]], axis=1)
+      Array([[[1. , 1.9]],
+      <BLANKLINE>
+             [[2.3, 3.9]],
+      <BLANKLINE>
+             [[4.5, 5.9]]], dtype=float32)
+    """
+    return _run(gather_plan, "Gather", data, indices, axis, mode, fill_value)
+
+
+def gather_elements(
+    data: Any, indices: Any, axis: int = 0, *, mode: str = "checked", fill_value: Any = None
+) -> jax.Array:
+    """ONNX GatherElements (opsets 11, 13) and OpenVINO GatherElements-6.
+
+    ``output[i] = data[i with i[axis] replaced by indices[i]]``; the output has the shape of
+    ``indices``, which has data's rank. A non-axis dim of indices may be smaller than data's
+    (the leading block of data is read, as in onnxruntime and ``torch.gather``; never broadcast),
+    and the axis dim may have any size.
+
+    Args:
+      data: array-like of rank >= 1, any boolean or numeric dtype.
+      indices: integer array-like of the same rank as data.
+      axis: static int in [-r, r-1].
+      mode: out-of-bounds policy, as in :func:`gather`.
+      fill_value: as in :func:`gather`.
+
+    Returns:
+      An array of ``data``'s dtype and ``indices``' shape.
+
+    Example:
+      >>> import jax_gather
+      >>> jax_gather.gather_elements([[1, 2], [3, 4]], [[0, 0], [1, 0]], axis=1)
+      Array([[1, 1],
+             [4, 3]], dtype=int32)
+    """
+    return _run(gather_elements_plan, "GatherElements", data, indices, axis, mode, fill_value)
+
+
+def gather_nd(
+    data: Any, indices: Any, batch_dims: int = 0, *, mode: str = "checked", fill_value: Any = None
+) -> jax.Array:
+    """ONNX GatherND (opsets 11, 12, 13): gather slices addressed by index tuples.
+
+    The last dim of ``indices`` (size k) holds index tuples into data dims
+    ``batch_dims .. batch_dims + k - 1``; the first ``batch_dims`` dims of data and indices are
+    batch dims and must be equal. Output shape ``indices.shape[:-1] + data.shape[batch_dims + k:]``.
+
+    Args:
+      data: array-like of rank r >= 1, any boolean or numeric dtype.
+      indices: integer array-like of rank q >= 1 with ``1 <= indices.shape[-1] <= r - batch_dims``.
+      batch_dims: static int in [0, min(q, r)).
+      mode: out-of-bounds policy, as in :func:`gather`.
+      fill_value: as in :func:`gather`.
+
+    Returns:
+      An array of ``data``'s dtype.
+
+    Example:
+      >>> import jax_gather
+      >>> data = [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+      >>> jax_gather.gather_nd(data, [[1], [0]], batch_dims=1)
+      Array([[2, 3],
+             [4, 5]], dtype=int32)
+    """
+    return _run(gather_nd_plan, "GatherND", data, indices, batch_dims, mode, fill_value)

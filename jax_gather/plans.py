@@ -1,0 +1,235 @@
+"""Pure functions from (shapes, ONNX attributes) to a ``lax.gather`` plan.
+
+Each function here answers, without running anything: which ``GatherDimensionNumbers`` and
+``slice_sizes`` implement the ONNX op for these shapes, which data axis each index component
+addresses (for negative-index normalisation and bounds checks), and what shape comes out.
+They are cached, so a jitted program pays for them once per shape.
+
+The ops in :mod:`jax_gather.ops` validate their inputs, call one of these, and apply the plan
+with a single ``lax.gather``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+from jax import lax
+
+from jax_gather._checks import canonical_axis, fail, rank_at_least, static_int
+
+Shape = tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherPlan:
+    """How one ONNX gather becomes one ``lax.gather``.
+
+    Attributes:
+      op_name: the ONNX op ("Gather", "GatherElements" or "GatherND").
+      dimension_numbers: the ``lax.GatherDimensionNumbers`` of the gather.
+      slice_sizes: the ``slice_sizes`` of the gather.
+      index_axes: the data axis that each index component addresses.
+      index_sizes: the size of each of those axes (the bound ``s`` of the valid range [-s, s-1]).
+      append_index_vector_dim: whether the indices get a trailing dimension of size 1 to become
+        the gather's index vectors (Gather, GatherElements); GatherND's indices already end in one.
+      data_block: for GatherElements with indices smaller than data on a non-axis dimension, the
+        leading block of data that is read (data is sliced to it first); otherwise ``None``.
+      output_shape: the shape of the result, by the ONNX formula.
+    """
+
+    op_name: str
+    dimension_numbers: lax.GatherDimensionNumbers
+    slice_sizes: Shape
+    index_axes: Shape
+    index_sizes: Shape
+    append_index_vector_dim: bool
+    data_block: Shape | None
+    output_shape: Shape
+
+
+def _shape(shape: Sequence[int]) -> Shape:
+    return tuple(int(d) for d in shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _gather_plan(data_shape: Shape, indices_shape: Shape, axis: int) -> GatherPlan:
+    op = "Gather"
+    rank_at_least(op, "data", data_shape, 1)
+    r, q = len(data_shape), len(indices_shape)
+    axis = canonical_axis(op, "axis", axis, r)
+    # Output: data.shape[:axis] + indices.shape + data.shape[axis+1:]; the index dims sit
+    # between the leading and trailing data dims, so the offset dims skip q positions.
+    offset_dims = tuple(range(axis)) + tuple(range(axis + q, r - 1 + q))
+    slice_sizes = data_shape[:axis] + (1,) + data_shape[axis + 1 :]
+    return GatherPlan(
+        op_name=op,
+        dimension_numbers=lax.GatherDimensionNumbers(
+            offset_dims=offset_dims, collapsed_slice_dims=(axis,), start_index_map=(axis,)
+        ),
+        slice_sizes=slice_sizes,
+        index_axes=(axis,),
+        index_sizes=(data_shape[axis],),
+        append_index_vector_dim=True,
+        data_block=None,
+        output_shape=data_shape[:axis] + indices_shape + data_shape[axis + 1 :],
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _gather_elements_plan(data_shape: Shape, indices_shape: Shape, axis: int) -> GatherPlan:
+    op = "GatherElements"
+    rank_at_least(op, "data", data_shape, 1)
+    r = len(data_shape)
+    axis = canonical_axis(op, "axis", axis, r)
+    if len(indices_shape) != r:
+        raise fail(
+            ValueError,
+            op,
+            f"indices must have the same rank as data ({r}), got rank {len(indices_shape)} "
+            f"(indices shape {indices_shape}, data shape {data_shape})",
+        )
+    for d in range(r):
+        if d != axis and indices_shape[d] > data_shape[d]:
+            raise fail(
+                ValueError,
+                op,
+                f"indices dimension {d} (size {indices_shape[d]}) must not be larger than data "
+                f"dimension {d} (size {data_shape[d]}) except on axis {axis}; "
+                f"got indices shape {indices_shape}, data shape {data_shape}",
+            )
+    # Every non-axis dim is a batch dim shared by data and indices: out[i] = data[i with
+    # i[axis] replaced by indices[i]]. Batching dims must match in size, so data is first cut
+    # to its leading block where indices are smaller (ONNX / torch.gather semantics).
+    block = tuple(
+        data_shape[d] if d == axis else indices_shape[d] for d in range(r)
+    )
+    batch = tuple(d for d in range(r) if d != axis)
+    return GatherPlan(
+        op_name=op,
+        dimension_numbers=lax.GatherDimensionNumbers(
+            offset_dims=(),
+            collapsed_slice_dims=(axis,),
+            start_index_map=(axis,),
+            operand_batching_dims=batch,
+            start_indices_batching_dims=batch,
+        ),
+        slice_sizes=(1,) * r,
+        index_axes=(axis,),
+        index_sizes=(data_shape[axis],),
+        append_index_vector_dim=True,
+        data_block=None if block == data_shape else block,
+        output_shape=indices_shape,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _gather_nd_plan(data_shape: Shape, indices_shape: Shape, batch_dims: int) -> GatherPlan:
+    op = "GatherND"
+    rank_at_least(op, "data", data_shape, 1)
+    rank_at_least(op, "indices", indices_shape, 1)
+    r, q = len(data_shape), len(indices_shape)
+    b = batch_dims
+    if not 0 <= b < min(q, r):
+        raise fail(
+            ValueError,
+            op,
+            f"batch_dims must be in [0, min(rank(indices), rank(data))) = [0, {min(q, r)}) "
+            f"for indices of rank {q} and data of rank {r}, got {b}",
+        )
+    if data_shape[:b] != indices_shape[:b]:
+        raise fail(
+            ValueError,
+            op,
+            f"the first batch_dims={b} dimensions of data and indices must be equal, got data "
+            f"shape {data_shape} and indices shape {indices_shape}",
+        )
+    k = indices_shape[-1]
+    if not 1 <= k <= r - b:
+        raise fail(
+            ValueError,
+            op,
+            f"indices.shape[-1] must be in [1, rank(data) - batch_dims] = [1, {r - b}], got {k} "
+            f"(indices shape {indices_shape}, data shape {data_shape}, batch_dims={b})",
+        )
+    indexed = tuple(range(b, b + k))
+    batch = tuple(range(b))
+    return GatherPlan(
+        op_name=op,
+        dimension_numbers=lax.GatherDimensionNumbers(
+            offset_dims=tuple(range(q - 1, q - 1 + r - b - k)),
+            collapsed_slice_dims=indexed,
+            start_index_map=indexed,
+            operand_batching_dims=batch,
+            start_indices_batching_dims=batch,
+        ),
+        slice_sizes=(1,) * (b + k) + data_shape[b + k :],
+        index_axes=indexed,
+        index_sizes=tuple(data_shape[d] for d in indexed),
+        append_index_vector_dim=False,
+        data_block=None,
+        output_shape=indices_shape[:-1] + data_shape[b + k :],
+    )
+
+
+def gather_plan(data_shape: Sequence[int], indices_shape: Sequence[int], axis: int = 0) -> GatherPlan:
+    """The ``lax.gather`` plan of ONNX Gather for these shapes.
+
+    Output shape ``data.shape[:axis] + indices.shape + data.shape[axis+1:]``: each index picks
+    one slice of ``data`` along ``axis``, which is collapsed; every other data dim is an offset
+    dim of the output.
+
+    Example:
+      >>> from jax_gather import gather_plan
+      >>> plan = gather_plan((5, 4, 3), (2, 6), axis=1)
+      >>> plan.dimension_numbers
+      GatherDimensionNumbers(offset_dims=(0, 3), collapsed_slice_dims=(1,), start_index_map=(1,), operand_batching_dims=(), start_indices_batching_dims=())
+      >>> plan.slice_sizes, plan.output_shape
+      ((5, 1, 3), (5, 2, 6, 3))
+    """
+    return _gather_plan(_shape(data_shape), _shape(indices_shape), static_int("Gather", "axis", axis))
+
+
+def gather_elements_plan(
+    data_shape: Sequence[int], indices_shape: Sequence[int], axis: int = 0
+) -> GatherPlan:
+    """The ``lax.gather`` plan of ONNX GatherElements (and OpenVINO GatherElements-6).
+
+    Every dim but ``axis`` is a batching dim shared by data and indices; the index picks a
+    single element along ``axis``. The output has exactly the indices' shape. Where indices are
+    smaller than data on a non-axis dim, ``data_block`` says which leading block is read.
+
+    Example:
+      >>> from jax_gather import gather_elements_plan
+      >>> plan = gather_elements_plan((3, 4), (2, 7), axis=1)
+      >>> plan.dimension_numbers
+      GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(1,), start_index_map=(1,), operand_batching_dims=(0,), start_indices_batching_dims=(0,))
+      >>> plan.data_block, plan.output_shape
+      ((2, 4), (2, 7))
+    """
+    return _gather_elements_plan(
+        _shape(data_shape), _shape(indices_shape), static_int("GatherElements", "axis", axis)
+    )
+
+
+def gather_nd_plan(
+    data_shape: Sequence[int], indices_shape: Sequence[int], batch_dims: int = 0
+) -> GatherPlan:
+    """The ``lax.gather`` plan of ONNX GatherND.
+
+    The leading ``batch_dims`` dims are batching dims of data and indices; the last dim of
+    indices is the index vector, addressing data dims ``batch_dims .. batch_dims + k - 1``,
+    which are collapsed; the remaining data dims are offset dims at the end of the output.
+
+    Example:
+      >>> from jax_gather import gather_nd_plan
+      >>> plan = gather_nd_plan((2, 5, 6, 7), (2, 3, 2), batch_dims=1)
+      >>> plan.dimension_numbers
+      GatherDimensionNumbers(offset_dims=(2,), collapsed_slice_dims=(1, 2), start_index_map=(1, 2), operand_batching_dims=(0,), start_indices_batching_dims=(0,))
+      >>> plan.slice_sizes, plan.index_sizes, plan.output_shape
+      ((1, 1, 1, 7), (5, 6), (2, 3, 7))
+    """
+    return _gather_nd_plan(
+        _shape(data_shape), _shape(indices_shape), static_int("GatherND", "batch_dims", batch_dims)
+    )

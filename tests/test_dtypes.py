@@ -1,0 +1,71 @@
+"""Every ONNX data dtype, every integer index dtype, with jax_enable_x64 on and off."""
+
+import chex
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jax_gather
+from tests import reference
+from tests.strategies import DATA_DTYPES, INDEX_DTYPES, make_data
+
+# (op, reference, data shape, in-bounds indices (with negatives), attribute)
+OPS = [
+    (jax_gather.gather, reference.gather, (3, 4), np.array([[2, -1], [0, -3]]), 0),
+    (jax_gather.gather_elements, reference.gather_elements, (3, 4), np.array([[3, -4, 0], [1, 2, -1]]), 1),
+    (jax_gather.gather_nd, reference.gather_nd, (3, 4), np.array([[2, -1], [0, 3]]), 0),
+]
+
+
+class DtypeTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_every_data_dtype_is_kept_with_x64(self):
+        with jax.enable_x64(True):
+            for dtype in DATA_DTYPES:
+                for op, ref, shape, idx, attr in OPS:
+                    data = make_data(shape, dtype, seed=3)
+                    out = self.variant(lambda d, i: op(d, i, attr))(data, idx.astype(np.int64))
+                    assert out.dtype == np.dtype(dtype), (op.__name__, dtype, out.dtype)
+                    np.testing.assert_array_equal(np.asarray(out), ref(data, idx, attr))
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_64_bit_data_is_canonicalised_without_x64(self):
+        expected = {np.int64: np.int32, np.uint64: np.uint32, np.float64: np.float32,
+                    np.complex128: np.complex64}
+        for dtype, canonical in expected.items():
+            for op, ref, shape, idx, attr in OPS:
+                data = make_data(shape, dtype, seed=4)
+                out = self.variant(lambda d, i: op(d, i, attr))(data, idx)
+                assert out.dtype == canonical
+                np.testing.assert_array_equal(np.asarray(out), ref(data, idx, attr).astype(canonical))
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_every_integer_index_dtype(self):
+        for x64 in (False, True):
+            with jax.enable_x64(x64):
+                for index_dtype in INDEX_DTYPES:
+                    for op, ref, shape, idx, attr in OPS:
+                        i = idx if np.dtype(index_dtype).kind == "i" else np.where(idx < 0, idx + 4, idx) % 3
+                        i = i.astype(index_dtype)
+                        data = make_data(shape, np.float32, seed=5)
+                        out = self.variant(lambda d, i: op(d, i, attr))(data, i)
+                        np.testing.assert_array_equal(np.asarray(out), ref(data, i, attr))
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_bfloat16_and_float16_values_survive(x64):
+    with jax.enable_x64(x64):
+        for dtype in (ml_dtypes.bfloat16, np.float16):
+            data = np.array([[0.1, -2.5, 3e3], [np.inf, -np.inf, 7.0]], dtype=dtype)
+            out = jax_gather.gather_elements(data, np.array([[1, 0, 1]]), axis=0)
+            assert out.dtype == dtype
+            np.testing.assert_array_equal(np.asarray(out, np.float32), np.array([[np.inf, -2.5, 7.0]], np.float32))
+
+
+def test_nested_lists_and_python_scalars():
+    out = jax_gather.gather([[1, 2], [3, 4]], [1, -2], 1)
+    np.testing.assert_array_equal(out, [[2, 1], [4, 3]])
+    assert jax_gather.gather([True, False], 1).dtype == np.bool_
+    assert jax_gather.gather([1.0, 2.0], []).shape == (0,)
+    assert jax_gather.gather_nd([[1, 2]], [[0, 1]]).tolist() == [2]

@@ -1,0 +1,122 @@
+"""Property tests: random shapes, axes, batch_dims, negative indices and dtypes against the
+NumPy reference, each run jitted and not. A failure prints a snippet that reproduces it."""
+
+import chex
+import jax
+import numpy as np
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+import jax_gather
+from tests import reference
+from tests.strategies import (
+    DATA_DTYPES,
+    INDEX_DTYPES,
+    gather_cases,
+    gather_elements_cases,
+    gather_nd_cases,
+    make_data,
+    make_indices,
+    make_wild_indices,
+)
+
+
+
+def _snippet(op_name, data, indices, attr_name, attr):
+    return (
+        "import numpy as np, ml_dtypes, jax_gather\n"
+        f"data = np.array({data.tolist()!r}, dtype={data.dtype.name!r})\n"
+        f"indices = np.array({indices.tolist()!r}, dtype={indices.dtype.name!r})\n"
+        f"jax_gather.{op_name}(data, indices, {attr_name}={attr})"
+    )
+
+
+def _assert_matches(out, expected):
+    expected = np.asarray(expected)
+    assert out.shape == expected.shape, (out.shape, expected.shape)
+    assert out.dtype == jax.dtypes.canonicalize_dtype(expected.dtype)
+    np.testing.assert_array_equal(np.asarray(out), expected.astype(out.dtype))
+
+
+class PropertyTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    @given(case=gather_cases(INDEX_DTYPES), dtype=st.sampled_from(DATA_DTYPES))
+    def test_gather(self, case, dtype):
+        data_shape, indices_shape, axis, seed, index_dtype = case
+        data = make_data(data_shape, dtype, seed)
+        indices = make_indices(indices_shape, data_shape[axis], index_dtype, seed)
+        note(_snippet("gather", data, indices, "axis", axis))
+        out = self.variant(lambda d, i: jax_gather.gather(d, i, axis))(data, indices)
+        _assert_matches(out, reference.gather(data, indices, axis))
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @given(case=gather_elements_cases(INDEX_DTYPES), dtype=st.sampled_from(DATA_DTYPES))
+    def test_gather_elements(self, case, dtype):
+        data_shape, indices_shape, axis, seed, index_dtype = case
+        data = make_data(data_shape, dtype, seed)
+        indices = make_indices(indices_shape, data_shape[axis], index_dtype, seed)
+        note(_snippet("gather_elements", data, indices, "axis", axis))
+        out = self.variant(lambda d, i: jax_gather.gather_elements(d, i, axis))(data, indices)
+        _assert_matches(out, reference.gather_elements(data, indices, axis))
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @given(case=gather_nd_cases(INDEX_DTYPES), dtype=st.sampled_from(DATA_DTYPES))
+    def test_gather_nd(self, case, dtype):
+        data_shape, indices_shape, b, seed, index_dtype = case
+        data = make_data(data_shape, dtype, seed)
+        k = indices_shape[-1]
+        indices = make_indices(indices_shape, data_shape[b : b + k], index_dtype, seed)
+        note(_snippet("gather_nd", data, indices, "batch_dims", b))
+        out = self.variant(lambda d, i: jax_gather.gather_nd(d, i, b))(data, indices)
+        _assert_matches(out, reference.gather_nd(data, indices, b))
+
+
+OPS = {
+    "gather": (gather_cases, reference.gather, jax_gather.gather, "axis"),
+    "gather_elements": (gather_elements_cases, reference.gather_elements, jax_gather.gather_elements, "axis"),
+    "gather_nd": (gather_nd_cases, reference.gather_nd, jax_gather.gather_nd, "batch_dims"),
+}
+
+
+def _sizes(name, data_shape, indices_shape, attr):
+    if name == "gather_nd":
+        return data_shape[attr : attr + indices_shape[-1]]
+    return data_shape[attr]
+
+
+class ModePropertyTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    @given(
+        name=st.sampled_from(sorted(OPS)),
+        data=st.data(),
+        mode=st.sampled_from(["fill", "clip"]),
+        index_dtype=st.sampled_from([np.int32, np.int64, np.int8, np.uint8, np.uint32]),
+    )
+    def test_out_of_bounds_modes_match_reference(self, name, data, mode, index_dtype):
+        cases, ref, op, attr_name = OPS[name]
+        data_shape, indices_shape, attr, seed, _ = data.draw(cases())
+        values = make_data(data_shape, np.float32, seed)
+        indices = make_wild_indices(indices_shape, _sizes(name, data_shape, indices_shape, attr), index_dtype, seed)
+        note(_snippet(name, values, indices, attr_name, attr) + f", mode={mode!r})")
+        out = self.variant(lambda d, i: op(d, i, attr, mode=mode))(values, indices)
+        _assert_matches(out, ref(values, indices, attr, mode=mode, fill=np.nan))
+
+    @given(name=st.sampled_from(sorted(OPS)), data=st.data(), index_dtype=st.sampled_from([np.int32, np.int64]))
+    def test_checked_raises_exactly_when_an_index_is_out_of_bounds(self, name, data, index_dtype):
+        cases, ref, op, attr_name = OPS[name]
+        data_shape, indices_shape, attr, seed, _ = data.draw(cases())
+        values = make_data(data_shape, np.float32, seed)
+        indices = make_wild_indices(indices_shape, _sizes(name, data_shape, indices_shape, attr), index_dtype, seed)
+        note(_snippet(name, values, indices, attr_name, attr))
+        sizes = np.broadcast_to(np.asarray(_sizes(name, data_shape, indices_shape, attr)), indices.shape)
+        wide = indices.astype(np.int64)
+        any_bad = bool(np.any((wide < -sizes) | (wide >= sizes)))
+        if any_bad:
+            with self.assertRaisesRegex(IndexError, r"is out of bounds for axis \d+ of size \d+"):
+                op(values, indices, attr)
+            jitted = jax.jit(lambda d, i: op(d, i, attr))
+            # With x64 off, jax.jit itself narrows an int64 argument before the op sees it.
+            with jax.enable_x64(index_dtype == np.int64), self.assertRaises(IndexError):
+                jax_gather.checked(jitted)(values, indices)
+        else:
+            _assert_matches(op(values, indices, attr), ref(values, indices, attr))

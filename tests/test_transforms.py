@@ -1,0 +1,136 @@
+"""jit, vmap, grad/jvp, recompilation and the shape of the lowered program."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import jax_gather
+from jax_gather import ops
+from tests import reference
+
+RNG = np.random.default_rng(0)
+
+# (op, reference, data shape, indices, attribute): one representative case per lowering.
+CASES = [
+    ("gather_axis0", jax_gather.gather, reference.gather, (5, 3), np.array([[0, -1], [4, 2]]), 0),
+    ("gather_axis1", jax_gather.gather, reference.gather, (4, 5, 2), np.array([1, -2, 1]), 1),
+    ("gather_scalar_index", jax_gather.gather, reference.gather, (4, 5), np.array(-3), -1),
+    ("elements_axis0", jax_gather.gather_elements, reference.gather_elements, (3, 4),
+     np.array([[2, -1, 0, 1], [0, 0, -3, 2], [1, 1, 1, 1], [2, 0, 1, -2]]), 0),
+    ("elements_smaller", jax_gather.gather_elements, reference.gather_elements, (3, 4, 2),
+     np.array([[[3, 0], [-4, 1]], [[1, 1], [2, -1]]]), 1),
+    ("nd_scalars", jax_gather.gather_nd, reference.gather_nd, (3, 4),
+     np.array([[0, 1], [2, -1], [-3, 3]]), 0),
+    ("nd_rows", jax_gather.gather_nd, reference.gather_nd, (3, 4, 2), np.array([[2], [0], [-1]]), 0),
+    ("nd_batch", jax_gather.gather_nd, reference.gather_nd, (2, 3, 4),
+     np.array([[[1, 3], [0, 0]], [[-1, 2], [2, -4]]]), 1),
+]
+IDS = [c[0] for c in CASES]
+CASES = [c[1:] for c in CASES]
+
+
+def _data(shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+VMAP_CASES = [
+    pytest.param(*case, in_axes, id=f"{name}-{in_axes}")
+    for name, case in zip(IDS, CASES)
+    for in_axes in [(0, None), (None, 0), (0, 0), (1, 0), (0, 1)]
+    if not (in_axes[1] == 1 and case[3].ndim == 0)  # a scalar index has no axis 1
+]
+
+
+@pytest.mark.parametrize("op, ref, shape, indices, attr, in_axes", VMAP_CASES)
+def test_vmap_matches_per_example(op, ref, shape, indices, attr, in_axes):
+    n = 3
+    data = _data((n,) + shape)
+    idx = np.stack([np.roll(indices, k, axis=0) if indices.ndim else indices for k in range(n)])
+    if in_axes[0] is None:
+        data = data[0]
+    elif in_axes[0] == 1:
+        data = np.moveaxis(data, 0, 1)
+    if in_axes[1] is None:
+        idx = idx[0]
+    elif in_axes[1] == 1:
+        idx = np.moveaxis(idx, 0, 1)
+    out = jax.jit(jax.vmap(lambda d, i: op(d, i, attr), in_axes=in_axes))(data, idx)
+    for k in range(n):
+        d = data if in_axes[0] is None else np.take(data, k, axis=in_axes[0])
+        i = idx if in_axes[1] is None else np.take(idx, k, axis=in_axes[1])
+        np.testing.assert_array_equal(np.asarray(out[k]), ref(d, i, attr))
+
+
+@pytest.mark.parametrize("mode", ["checked", "fill", "clip", "promise_in_bounds"])
+@pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
+def test_grad_is_scatter_add_of_cotangent(op, ref, shape, indices, attr, mode):
+    data = _data(shape, np.float64)
+    with jax.enable_x64(True):
+        f = lambda d: op(d, indices, attr, mode=mode)
+        check_grads(f, (data,), order=2, modes=("fwd", "rev"))
+        # The VJP is the scatter-add of the cotangent onto the gathered positions.
+        ct = _data(f(data).shape, np.float64)
+        (grad,) = jax.vjp(f, data)[1](ct)
+        positions = ref(np.arange(data.size).reshape(shape), indices, attr)
+        expected = np.zeros(data.size)
+        np.add.at(expected, positions.ravel(), ct.ravel())
+        np.testing.assert_allclose(np.asarray(grad).ravel(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
+def test_jitted_program_is_one_gather_and_no_loop(op, ref, shape, indices, attr):
+    fn = jax.jit(lambda d, i: op(d, i, attr))
+    text = fn.lower(_data(shape), indices).as_text()
+    assert len(re.findall(r'"stablehlo.gather"|stablehlo.gather\(', text)) + text.count(
+        "stablehlo.dynamic_gather"
+    ) == 1, text
+    assert "stablehlo.while" not in text and "custom_call" not in text
+
+
+def test_same_shapes_never_recompile():
+    data, idx = _data((6, 5)), np.array([1, 2, -1])
+    jax_gather.gather(data, idx, 1)  # warm
+    before = ops._apply._cache_size()
+    for _ in range(3):
+        jax_gather.gather(_data((6, 5)), np.array([0, 4, -5]), 1)
+    assert ops._apply._cache_size() == before
+
+    user = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, batch_dims=1, mode="fill"))
+    for _ in range(3):
+        user(_data((2, 3, 4)), np.array([[[0, 1]], [[2, 3]]]))
+    assert user._cache_size() == 1
+
+
+def test_attributes_must_be_static_under_jit():
+    fn = jax.jit(lambda d, i, a: jax_gather.gather(d, i, a))
+    with pytest.raises(TypeError, match=r"Gather: axis must be a static Python integer .* traced"):
+        fn(_data((3, 4)), np.array([0]), 1)
+    # ...and static_argnames works as users expect.
+    out = jax.jit(jax_gather.gather, static_argnames=("axis", "mode"))(
+        _data((3, 4)), np.array([0, -1]), axis=1, mode="clip"
+    )
+    assert out.shape == (3, 2)
+
+
+def test_output_shape_is_asserted_with_chex():
+    # The trace-time post-condition: an impossible plan is caught by chex, not silently shaped.
+    plan = jax_gather.gather_plan((3, 4), (2,), 0)
+    bad = plan.__class__(**{**plan.__dict__, "output_shape": (9, 9)})
+    with pytest.raises(AssertionError):
+        ops._apply(jnp.zeros((3, 4)), jnp.zeros((2,), jnp.int32), None, plan=bad, mode="clip")
+
+
+def test_inputs_are_never_mutated():
+    data = _data((4, 3))
+    idx = np.array([[-1, 2], [0, -3]], dtype=np.int64)
+    data_copy, idx_copy = data.copy(), idx.copy()
+    for mode in ("checked", "clip", "fill", "promise_in_bounds"):
+        jax_gather.gather(data, idx, 0, mode=mode)
+        jax_gather.gather_elements(data, idx, 0, mode=mode)
+        jax_gather.gather_nd(data, idx, 0, mode=mode)
+    np.testing.assert_array_equal(data, data_copy)
+    np.testing.assert_array_equal(idx, idx_copy)
