@@ -1,5 +1,6 @@
 """ONNX Gather, GatherElements and GatherND for JAX, each one ``lax.gather``."""
 
+from jax_gather._bounds import in_bounds
 from jax_gather.checked import checked
 from jax_gather.ops import gather, gather_elements, gather_nd
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
@@ -13,5 +14,6 @@ __all__ = [
     "gather_nd",
     "gather_nd_plan",
     "gather_plan",
+    "in_bounds",
 ]
 __version__ = "0.1.0"

@@ -78,6 +78,26 @@ def in_bounds_mask(plan: GatherPlan, indices: jax.Array) -> jax.Array:
     return (wide >= jnp.asarray(-sizes, dtype)) & (wide < jnp.asarray(sizes, dtype))
 
 
+def in_bounds(plan: GatherPlan, indices: Any) -> jax.Array:
+    """Whether each index (each index tuple, for GatherND) is within [-s, s-1] of its axis.
+
+    The same judgement the ops make, as a value: return ``jnp.all(in_bounds(plan, indices))``
+    beside a ``mode="fill"`` result where a checkify check cannot go, e.g. in a program to be
+    serialized with ``jax.export`` (JAX cannot serialize a checkify effect).
+
+    Example:
+      >>> import jax_gather
+      >>> plan = jax_gather.gather_nd_plan((3, 4), (2, 2))
+      >>> jax_gather.in_bounds(plan, [[2, -4], [3, 0]])
+      Array([ True, False], dtype=bool)
+    """
+    if not isinstance(indices, jax.Array):
+        indices = jnp.asarray(narrow_host_indices(np.asarray(indices)))
+    check_index_dtype(plan.op_name, indices.dtype)
+    ok = in_bounds_mask(plan, indices)
+    return ok if plan.append_index_vector_dim else jnp.all(ok, axis=-1)
+
+
 def debug_check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> None:
     """A checkify check reporting the first out-of-bounds index in the eager error's words."""
     if ok.size == 0:

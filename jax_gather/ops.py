@@ -35,7 +35,8 @@ def _as_indices(op_name: str, indices: Any) -> tuple[Any, np.ndarray | None]:
         return indices, None
     if isinstance(indices, jax.Array):
         _bounds.check_index_dtype(op_name, indices.dtype)
-        return indices, indices  # copied to the host only if a check needs it
+        # Copied to the host only if a check needs it, and only if this process holds it all.
+        return indices, indices if indices.is_fully_addressable else None
     host = np.asarray(indices)
     if host.size == 0 and host.dtype == np.float64 and not isinstance(indices, np.ndarray):
         host = host.astype(np.int64)  # an empty Python list has no dtype of its own
@@ -45,12 +46,16 @@ def _as_indices(op_name: str, indices: Any) -> tuple[Any, np.ndarray | None]:
 
 @functools.partial(jax.jit, static_argnames=("plan", "mode"), inline=True)
 def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan: GatherPlan, mode: str) -> jax.Array:
+    # Trace-time invariants between the plan and the operands (cheap: shapes only).
+    batch_rank = len(plan.output_shape) - len(plan.dimension_numbers.offset_dims)
+    chex.assert_rank(data, len(plan.slice_sizes))
+    chex.assert_rank(indices, batch_rank + (0 if plan.append_index_vector_dim else 1))
     needs_mask = mode in ("fill", "checked")
     ok = _bounds.in_bounds_mask(plan, indices) if needs_mask else None
     if mode == "checked":
         _bounds.debug_check_in_bounds(plan, indices, ok)
-    if ok is not None and not plan.append_index_vector_dim:
-        ok = jnp.all(ok, axis=-1)
+    if needs_mask and not plan.append_index_vector_dim:
+        ok = jnp.all(ok, axis=-1)  # a tuple is in bounds when every component is
 
     if 0 in plan.index_sizes and indices.size and mode != "fill":
         # Statically known: no index is valid on an empty axis, so even traced indices fail.

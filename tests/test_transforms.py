@@ -134,3 +134,65 @@ def test_inputs_are_never_mutated():
         jax_gather.gather_nd(data, idx, 0, mode=mode)
     np.testing.assert_array_equal(data, data_copy)
     np.testing.assert_array_equal(idx, idx_copy)
+
+
+@pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
+def test_checked_compiles_to_the_same_program_as_fill(op, ref, shape, indices, attr):
+    # Without checkify the check is dead code: the optimised programs do the same work.
+    def compiled(mode):
+        fn = jax.jit(lambda d, i: op(d, i, attr, mode=mode))
+        return fn.lower(_data(shape), indices).compile()
+
+    def opcodes(c):
+        lines = [l.split("=", 1)[1].strip() for l in c.as_text().splitlines() if " = " in l and "%" in l]
+        return sorted(l.split("(", 1)[0].split()[-1] for l in lines)
+
+    checked, fill = compiled("checked"), compiled("fill")
+    assert opcodes(checked) == opcodes(fill)
+    ca, fa = checked.cost_analysis(), fill.cost_analysis()
+    ca, fa = (c[0] if isinstance(c, list) else c for c in (ca, fa))
+    assert ca.get("bytes accessed") == fa.get("bytes accessed")
+
+
+@pytest.mark.parametrize("mode", ["checked", "fill", "clip", "promise_in_bounds"])
+@pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
+def test_export_for_every_platform(op, ref, shape, indices, attr, mode):
+    from jax import export
+
+    fn = jax.jit(lambda d, i: op(d, i, attr, mode=mode))
+    data = _data(shape)
+    exported = export.export(fn, platforms=("cpu", "cuda", "tpu"))(data, indices)
+    assert "stablehlo.gather" in exported.mlir_module()
+    assert "custom_call" not in exported.mlir_module()  # no host callbacks
+    np.testing.assert_array_equal(np.asarray(exported.call(data, indices)), ref(data, indices, attr))
+    if mode != "checked":  # JAX cannot serialize a checkify effect: see the next test
+        restored = export.deserialize(exported.serialize())
+        np.testing.assert_array_equal(np.asarray(restored.call(data, indices)), ref(data, indices, attr))
+
+
+PLAN_FNS = {
+    jax_gather.gather: jax_gather.gather_plan,
+    jax_gather.gather_elements: jax_gather.gather_elements_plan,
+    jax_gather.gather_nd: jax_gather.gather_nd_plan,
+}
+
+
+@pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
+def test_serialized_export_pattern_fill_plus_in_bounds_flag(op, ref, shape, indices, attr):
+    """The documented pattern for a serialized program: "fill" plus an in-bounds flag."""
+    from jax import export
+
+    def f(d, i):
+        plan = PLAN_FNS[op](d.shape, i.shape, attr)
+        return op(d, i, attr, mode="fill"), jnp.all(jax_gather.in_bounds(plan, i))
+
+    data = _data(shape)
+    exported = export.export(jax.jit(f), platforms=("cpu", "cuda", "tpu"))(data, indices)
+    restored = export.deserialize(exported.serialize())
+    out, ok = restored.call(data, indices)
+    assert bool(ok)
+    np.testing.assert_array_equal(np.asarray(out), ref(data, indices, attr))
+    bad = np.full_like(indices, 99)
+    out, ok = restored.call(data, bad)
+    assert not bool(ok)
+    np.testing.assert_array_equal(np.asarray(out), ref(data, bad, attr, mode="fill", fill=np.nan))
