@@ -10,6 +10,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 import jax_gather
+from tests.compat import enable_x64
 from tests.onnx_models import one_node_model, run_onnxruntime, run_reference
 from tests.strategies import gather_cases, gather_elements_cases, gather_nd_cases, make_data, make_indices
 
@@ -22,12 +23,13 @@ INDEX = (np.int32, np.int64)
 def _compare(op_type, attrs, ours, data, indices, reference_ok=True, reference_attrs=None):
     model = one_node_model(op_type, data, indices, **attrs)
     note(f"{op_type} {attrs} data {data.dtype}{list(data.shape)} indices {indices.tolist()}")
-    with jax.enable_x64(True):
+    with enable_x64(True):
         out = np.asarray(ours(data, indices))
     expected = run_onnxruntime(model, data, indices)
     assert out.dtype == expected.dtype and out.shape == expected.shape
     np.testing.assert_array_equal(out, expected)
-    if reference_ok:
+    # Older onnx.reference releases lose the shape of empty results.
+    if reference_ok and out.size:
         ref_model = one_node_model(op_type, data, indices, **(reference_attrs or attrs))
         np.testing.assert_array_equal(out, run_reference(ref_model, data, indices))
 
@@ -63,4 +65,4 @@ def test_gather_nd_against_onnx(case, dtype):
     _compare("GatherND", {"batch_dims": b},
              lambda d, i: jax_gather.gather_nd(d, i, b), data, indices,
              # the reference evaluator cannot reshape empty batches
-             reference_ok=data.size > 0 and indices.size > 0)
+             reference_ok=data.size > 0)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import jax_gather
+from tests.compat import enable_x64
 from tests import reference
 from tests.strategies import DATA_DTYPES, INDEX_DTYPES, make_data
 
@@ -21,7 +22,7 @@ OPS = [
 class DtypeTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_every_data_dtype_is_kept_with_x64(self):
-        with jax.enable_x64(True):
+        with enable_x64(True):
             for dtype in DATA_DTYPES:
                 for op, ref, shape, idx, attr in OPS:
                     data = make_data(shape, dtype, seed=3)
@@ -43,7 +44,7 @@ class DtypeTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_every_integer_index_dtype(self):
         for x64 in (False, True):
-            with jax.enable_x64(x64):
+            with enable_x64(x64):
                 for index_dtype in INDEX_DTYPES:
                     for op, ref, shape, idx, attr in OPS:
                         i = idx if np.dtype(index_dtype).kind == "i" else np.where(idx < 0, idx + 4, idx) % 3
@@ -55,7 +56,7 @@ class DtypeTest(chex.TestCase):
 
 @pytest.mark.parametrize("x64", [False, True])
 def test_bfloat16_and_float16_values_survive(x64):
-    with jax.enable_x64(x64):
+    with enable_x64(x64):
         for dtype in (ml_dtypes.bfloat16, np.float16):
             data = np.array([[0.1, -2.5, 3e3], [np.inf, -np.inf, 7.0]], dtype=dtype)
             out = jax_gather.gather_elements(data, np.array([[1, 0, 1]]), axis=0)

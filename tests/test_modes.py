@@ -8,6 +8,7 @@ import pytest
 from jax.experimental import checkify
 
 import jax_gather
+from tests.compat import enable_x64
 from tests import reference
 
 DATA = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
@@ -206,7 +207,7 @@ def test_int64_host_indices_with_x64_off_are_never_wrapped():
     (jax_gather.gather_nd, np.array([[BIG], [1]]), 0),
 ])
 def test_int64_traced_indices_with_x64_on_are_never_wrapped(op, idx, attr):
-    with jax.enable_x64(True):
+    with enable_x64(True):
         data = jnp.arange(4.0)
         i = jnp.asarray(idx, jnp.int64)
         for mode, expected in (("fill", [np.nan, 1.0]), ("checked", [np.nan, 1.0]), ("clip", [3.0, 1.0])):
@@ -219,7 +220,7 @@ def test_int64_traced_indices_with_x64_on_are_never_wrapped(op, idx, attr):
 
 
 def test_uint64_with_x64_on():
-    with jax.enable_x64(True):
+    with enable_x64(True):
         data = jnp.arange(5)
         i = jnp.array([2**63 + 3, 4], dtype=jnp.uint64)
         out = jax.jit(lambda d, i: jax_gather.gather(d, i, mode="fill", fill_value=-1))(data, i)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import jax_gather
+from tests.compat import enable_x64
 from jax_gather.spec_examples import SPEC_EXAMPLES
 
 OPS = {
@@ -77,7 +78,7 @@ def test_onnx_node_case(case, jit):
         data, indices = (onnx.numpy_helper.to_array(t) if not isinstance(t, np.ndarray) else t for t in inputs)
         (expected,) = (onnx.numpy_helper.to_array(t) if not isinstance(t, np.ndarray) else t for t in outputs)
         fn = jax.jit(lambda d, i: op(d, i, attribute)) if jit else (lambda d, i: op(d, i, attribute))
-        with jax.enable_x64(True):  # ONNX's int64 / float64 outputs keep their dtype
+        with enable_x64(True):  # ONNX's int64 / float64 outputs keep their dtype
             out = fn(data, indices)
             assert out.dtype == expected.dtype
             assert out.shape == expected.shape

@@ -9,6 +9,7 @@ import pytest
 from jax.test_util import check_grads
 
 import jax_gather
+from tests.compat import enable_x64
 from jax_gather import ops
 from tests import reference
 
@@ -69,7 +70,7 @@ def test_vmap_matches_per_example(op, ref, shape, indices, attr, in_axes):
 @pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
 def test_grad_is_scatter_add_of_cotangent(op, ref, shape, indices, attr, mode):
     data = _data(shape, np.float64)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         f = lambda d: op(d, indices, attr, mode=mode)
         check_grads(f, (data,), order=2, modes=("fwd", "rev"))
         # The VJP is the scatter-add of the cotangent onto the gathered positions.
