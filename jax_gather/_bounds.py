@@ -12,8 +12,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import checkify
 
+from jax_gather._check_primitive import check_indices
 from jax_gather._checks import fail
 from jax_gather.plans import GatherPlan
 
@@ -98,10 +98,11 @@ def in_bounds(plan: GatherPlan, indices: Any) -> jax.Array:
     return ok if plan.append_index_vector_dim else jnp.all(ok, axis=-1)
 
 
-def debug_check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> None:
-    """A checkify check reporting the first out-of-bounds index in the eager error's words."""
+def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.Array:
+    """``indices``, carrying a checkify check that reports the first out-of-bounds index in
+    the eager error's words."""
     if ok.size == 0:
-        return
+        return indices
     flat = jnp.argmin(ok.ravel())  # the first False
     pos = jnp.unravel_index(flat, ok.shape) if ok.ndim else ()
     value = indices.ravel()[flat]
@@ -117,7 +118,7 @@ def debug_check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -
     if not plan.append_index_vector_dim:
         message += "; it is component {} of the index tuple indices[" + "{}, " * (ok.ndim - 1) + ":]"
         args += (component, *pos[:-1])
-    checkify.debug_check(jnp.all(ok), message, *args)
+    return check_indices(indices, jnp.all(ok), message, *args)
 
 
 def working_indices(plan: GatherPlan, indices: jax.Array, clamp: bool) -> jax.Array:

@@ -11,10 +11,7 @@ from jax.experimental import checkify
 F = TypeVar("F", bound=Callable[..., Any])
 
 _SUFFIX = " (`check` failed)"
-# JAX's checkify rule for scatter ignores `operand_batching_dims` and fails while tracing with
-# exactly this error; the backward pass of a batched gather (GatherElements, GatherND with
-# batch_dims, any vmapped gather) contains such a scatter.
-_JAX_SCATTER_CHECK_BUG = "tuple index out of range"
+_ALL_CHECKS = checkify.user_checks | checkify.index_checks
 
 
 def checked(fn: F) -> F:
@@ -27,9 +24,9 @@ def checked(fn: F) -> F:
     raises ``IndexError`` with the message of the first failure; otherwise it returns ``fn``'s
     result. Without it, a jitted call returns the "fill" result for out-of-bounds positions.
 
-    Where JAX cannot trace its own index checks (its checkify rule for batched scatters, which
-    appear in the gradient of GatherElements and batched GatherND, fails), the wrapper warns
-    once and keeps only the library's checks for that function.
+    Where JAX cannot trace its own index checks for ``fn`` (its checkify rules fail for
+    batched scatters, as in the gradient of GatherElements, and inside ``shard_map``), the
+    wrapper warns once and keeps only the library's checks for that function.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -43,32 +40,37 @@ def checked(fn: F) -> F:
       ...
       IndexError: Gather: indices[1] = 3 is out of bounds for axis 0 of size 3 (valid range [-3, 2])
     """
-    with_index_checks = checkify.checkify(fn, errors=checkify.user_checks | checkify.index_checks)
+    with_index_checks = checkify.checkify(fn, errors=_ALL_CHECKS)
     library_checks_only = checkify.checkify(fn, errors=checkify.user_checks)
     use_index_checks = True
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         nonlocal use_index_checks
+        result = None
         if use_index_checks:
             try:
-                error, out = with_index_checks(*args, **kwargs)
-            except IndexError as e:
-                if str(e).splitlines()[0] != _JAX_SCATTER_CHECK_BUG:
-                    raise
+                result = with_index_checks(*args, **kwargs)
+            except Exception:
+                pass
+        if result is None:
+            # Retrying without JAX's index checks tells their failure from one of fn itself,
+            # which recurs here and propagates.
+            result = library_checks_only(*args, **kwargs)
+            if use_index_checks:
+                use_index_checks = False
                 warnings.warn(
-                    f"jax_gather.checked({getattr(fn, '__name__', 'fn')}): JAX cannot trace its "
-                    "own index checks for this function (its checkify rule for batched scatters "
-                    "fails); only jax_gather's bounds checks are applied.",
+                    f"jax_gather.checked({getattr(fn, '__name__', 'fn')}): JAX cannot trace "
+                    "its own index checks for this function; only jax_gather's bounds checks "
+                    "apply.",
                     RuntimeWarning,
                     stacklevel=2,
                 )
-                use_index_checks = False
-        if not use_index_checks:
-            error, out = library_checks_only(*args, **kwargs)
+        error, out = result
         message = error.get()
         if message is not None:
-            raise IndexError(message.removesuffix(_SUFFIX))
+            lines = (line.removesuffix(_SUFFIX) for line in message.splitlines())
+            raise IndexError("\n".join(lines))
         return out
 
     return run  # type: ignore[return-value]

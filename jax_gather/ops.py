@@ -53,7 +53,7 @@ def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan:
     needs_mask = mode in ("fill", "checked")
     ok = _bounds.in_bounds_mask(plan, indices) if needs_mask else None
     if mode == "checked":
-        _bounds.debug_check_in_bounds(plan, indices, ok)
+        indices = _bounds.check_in_bounds(plan, indices, ok)
     if needs_mask and not plan.append_index_vector_dim:
         ok = jnp.all(ok, axis=-1)  # a tuple is in bounds when every component is
 

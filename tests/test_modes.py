@@ -144,6 +144,22 @@ def test_checked_under_grad():
         g(np.ones((3, 2)), np.array([[0, -4]]))
 
 
+@pytest.mark.filterwarnings("ignore:jax_gather.checked.*JAX cannot trace its own index checks")
+def test_checked_with_indices_computed_from_differentiated_data():
+    # Traced integer indices carry a (zero) tangent through the check under jvp and grad.
+    def f(d, shift):
+        i = jnp.argmax(d, axis=1, keepdims=True) + shift
+        return (jax_gather.gather_elements(d, i, 1, fill_value=0.0) * d[:, :1]).sum()
+
+    d = np.arange(6.0).reshape(2, 3)
+    expected = [[2.0, 0.0, 0.0], [5.0, 0.0, 3.0]]
+    np.testing.assert_array_equal(jax.jit(jax.grad(f))(d, 0), expected)
+    np.testing.assert_array_equal(jax.jit(jax.jacfwd(f))(d, 0), expected)
+    np.testing.assert_array_equal(jax.jit(jax.grad(f))(d, 5), np.zeros((2, 3)))  # filled
+    with pytest.raises(IndexError, match=r"GatherElements: indices\[0, 0\] = 7 is out of bounds"):
+        jax_gather.checked(jax.jit(jax.grad(f)))(d, 5)
+
+
 def test_checked_gather_grad_keeps_jax_index_checks():
     g = jax_gather.checked(jax.jit(jax.grad(lambda d, i: jax_gather.gather(d, i, 1).sum())))
     np.testing.assert_array_equal(g(np.ones((2, 3)), np.array([2, 2])), [[0, 0, 2], [0, 0, 2]])

@@ -1,0 +1,81 @@
+"""A bounds check that is free outside checkify.
+
+``checkify.debug_check`` puts an effect in every program that contains it, and an effect makes
+``jax.jit`` take its slow, token-passing dispatch path (measured: +55 us per call, +0.4 ms on
+a 16 MiB gather) and makes ``jax.export`` unable to serialize the program. This module instead
+defines a primitive that passes the indices through unchanged and carries the check as
+operands: lowered, it is the identity (XLA drops the unused check operands), and under
+``checkify`` its error rule records a ``FailedCheckError`` exactly as ``debug_check`` would.
+
+The error rule plugs into checkify's private rule table. Should a JAX release move it, this
+falls back to ``checkify.debug_check``: still correct, only slower.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import checkify
+from jax.interpreters import ad, batching, mlir
+
+try:
+    from jax.extend.core import Primitive
+    from jax._src import checkify as _checkify_internals
+
+    _ERROR_RULES = _checkify_internals.error_checks
+    _assert_func = _checkify_internals.assert_func
+    _FailedCheckError = _checkify_internals.FailedCheckError
+    _get_traceback = _checkify_internals.get_traceback
+except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX release
+    _ERROR_RULES = None
+
+
+def check_indices(indices: jax.Array, ok: jax.Array, message: str, *fmt_args: jax.Array) -> jax.Array:
+    """Returns ``indices``; under checkify, also fails with ``message.format(*fmt_args)``
+    unless the scalar ``ok`` is True."""
+    if _ERROR_RULES is None:  # pragma: no cover
+        checkify.debug_check(ok, message, *fmt_args)
+        return indices
+    return _check_p.bind(indices, ok, *fmt_args, message=message)
+
+
+if _ERROR_RULES is not None:
+    _check_p = Primitive("jax_gather_check_indices")
+
+    def _abstract_eval(indices: Any, *_: Any, message: str) -> Any:
+        return indices
+
+    def _lowering(ctx: Any, indices: Any, *_: Any, message: str) -> list[Any]:
+        return [indices]
+
+    def _jvp(primals: Any, tangents: Any, *, message: str) -> tuple[Any, Any]:
+        return _check_p.bind(*primals, message=message), tangents[0]
+
+    def _batch(args: Any, dims: Any, *, message: str) -> tuple[Any, Any]:
+        indices, ok, *fmt = args
+        indices_dim, ok_dim, *fmt_dims = dims
+        if ok_dim is not None:
+            # Report the first failing example, as checkify does for a batched check.
+            ok = jnp.moveaxis(ok, ok_dim, 0)
+            first = jnp.argmin(ok)
+            fmt = [
+                f if d is None else jnp.moveaxis(f, d, 0)[first]
+                for f, d in zip(fmt, fmt_dims)
+            ]
+            ok = jnp.all(ok)
+        return _check_p.bind(indices, ok, *fmt, message=message), indices_dim
+
+    def _error_rule(error: Any, enabled_errors: Any, indices: Any, ok: Any, *fmt: Any, message: str) -> Any:
+        if _FailedCheckError in enabled_errors:
+            failure = _FailedCheckError(_get_traceback(), message, *fmt)
+            error = _assert_func(error, jnp.logical_not(ok), failure)
+        return error, indices
+
+    _check_p.def_impl(lambda indices, *_, message: indices)
+    _check_p.def_abstract_eval(_abstract_eval)
+    mlir.register_lowering(_check_p, _lowering)
+    ad.primitive_jvps[_check_p] = _jvp
+    batching.primitive_batchers[_check_p] = _batch
+    _ERROR_RULES[_check_p] = _error_rule
