@@ -39,39 +39,6 @@ def _assert_matches(out, expected):
     np.testing.assert_array_equal(np.asarray(out), expected.astype(out.dtype))
 
 
-class PropertyTest(chex.TestCase):
-    @chex.variants(with_jit=True, without_jit=True)
-    @given(case=gather_cases(INDEX_DTYPES), dtype=st.sampled_from(DATA_DTYPES))
-    def test_gather(self, case, dtype):
-        data_shape, indices_shape, axis, seed, index_dtype = case
-        data = make_data(data_shape, dtype, seed)
-        indices = make_indices(indices_shape, data_shape[axis], index_dtype, seed)
-        note(_snippet("gather", data, indices, "axis", axis))
-        out = self.variant(lambda d, i: jax_gather.gather(d, i, axis))(data, indices)
-        _assert_matches(out, reference.gather(data, indices, axis))
-
-    @chex.variants(with_jit=True, without_jit=True)
-    @given(case=gather_elements_cases(INDEX_DTYPES), dtype=st.sampled_from(DATA_DTYPES))
-    def test_gather_elements(self, case, dtype):
-        data_shape, indices_shape, axis, seed, index_dtype = case
-        data = make_data(data_shape, dtype, seed)
-        indices = make_indices(indices_shape, data_shape[axis], index_dtype, seed)
-        note(_snippet("gather_elements", data, indices, "axis", axis))
-        out = self.variant(lambda d, i: jax_gather.gather_elements(d, i, axis))(data, indices)
-        _assert_matches(out, reference.gather_elements(data, indices, axis))
-
-    @chex.variants(with_jit=True, without_jit=True)
-    @given(case=gather_nd_cases(INDEX_DTYPES), dtype=st.sampled_from(DATA_DTYPES))
-    def test_gather_nd(self, case, dtype):
-        data_shape, indices_shape, b, seed, index_dtype = case
-        data = make_data(data_shape, dtype, seed)
-        k = indices_shape[-1]
-        indices = make_indices(indices_shape, data_shape[b : b + k], index_dtype, seed)
-        note(_snippet("gather_nd", data, indices, "batch_dims", b))
-        out = self.variant(lambda d, i: jax_gather.gather_nd(d, i, b))(data, indices)
-        _assert_matches(out, reference.gather_nd(data, indices, b))
-
-
 OPS = {
     "gather": (gather_cases, reference.gather, jax_gather.gather, "axis"),
     "gather_elements": (gather_elements_cases, reference.gather_elements, jax_gather.gather_elements, "axis"),
@@ -83,6 +50,33 @@ def _sizes(name, data_shape, indices_shape, attr):
     if name == "gather_nd":
         return data_shape[attr : attr + indices_shape[-1]]
     return data_shape[attr]
+
+
+class PropertyTest(chex.TestCase):
+    def _check(self, name, case, dtype):
+        _, ref, op, attr_name = OPS[name]
+        data_shape, indices_shape, attr, seed, index_dtype = case
+        data = make_data(data_shape, dtype, seed)
+        sizes = _sizes(name, data_shape, indices_shape, attr)
+        indices = make_indices(indices_shape, sizes, index_dtype, seed)
+        note(_snippet(name, data, indices, attr_name, attr))
+        out = self.variant(lambda d, i: op(d, i, attr))(data, indices)
+        _assert_matches(out, ref(data, indices, attr))
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @given(case=gather_cases(INDEX_DTYPES), dtype=st.sampled_from(DATA_DTYPES))
+    def test_gather(self, case, dtype):
+        self._check("gather", case, dtype)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @given(case=gather_elements_cases(INDEX_DTYPES), dtype=st.sampled_from(DATA_DTYPES))
+    def test_gather_elements(self, case, dtype):
+        self._check("gather_elements", case, dtype)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @given(case=gather_nd_cases(INDEX_DTYPES), dtype=st.sampled_from(DATA_DTYPES))
+    def test_gather_nd(self, case, dtype):
+        self._check("gather_nd", case, dtype)
 
 
 class ModePropertyTest(chex.TestCase):
