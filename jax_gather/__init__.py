@@ -1,11 +1,13 @@
 """ONNX Gather, GatherElements and GatherND for JAX, each one ``lax.gather``."""
 
 from jax_gather._bounds import in_bounds
+from jax_gather.allocator import AllocatorTuning, tune_cpu_allocator
 from jax_gather.checked import checked
 from jax_gather.ops import gather, gather_elements, gather_nd
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
 __all__ = [
+    "AllocatorTuning",
     "GatherPlan",
     "checked",
     "gather",
@@ -15,5 +17,6 @@ __all__ = [
     "gather_nd_plan",
     "gather_plan",
     "in_bounds",
+    "tune_cpu_allocator",
 ]
 __version__ = "0.1.0"

@@ -56,11 +56,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="ONNX Gather, GatherElements and GatherND for JAX. "
         "With no command: a tour of the spec examples.",
     )
-    parser.add_subparsers(dest="command", title="commands")
+    commands = parser.add_subparsers(dest="command", title="commands")
+    bench = commands.add_parser(
+        "bench",
+        help="time jax_gather against jnp, onnxruntime and numpy on this machine",
+        description="Paired-ratio benchmark of jax_gather against its peers (see jax_gather.bench).",
+    )
+    bench.add_argument("--quick", action="store_true", help="the six float32 shapes, fewer rounds (< 1 min)")
+    bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
+    bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
+    bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the ratios (matplotlib)")
+    bench.add_argument("--no-backward", action="store_true", help="skip the gradient timings")
+    bench.add_argument(
+        "--no-tune-allocator", dest="tune_allocator", action="store_false",
+        help="measure with glibc's default allocator settings (see tune_cpu_allocator)",
+    )
     args = parser.parse_args(argv)
-    if args.command is None:
-        return tour()
-    return 0
+    if args.command == "bench":
+        from jax_gather import bench as bench_module
+
+        return bench_module.main(args)
+    return tour()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,400 @@
+"""``python -m jax_gather bench``: jax_gather against its peers on the same machine, same run.
+
+Contenders per shape: jax_gather jitted in the default mode and in ``promise_in_bounds``, the
+jnp equivalent (jitted), onnxruntime's CPU kernel (when installed and the dtype is one it takes)
+and numpy. Each round times every contender (a median over a few calls, after warm-up, with
+``block_until_ready``), the order alternating between rounds; the figure reported per shape is
+the median over rounds of the per-round ratio jax_gather / best peer, because absolute times on
+a shared machine drift several-fold between minutes while paired ratios do not. Also reported:
+achieved bandwidth against a memory copy of the same size timed in the same run, and the
+backward pass (gradient w.r.t. data) against jnp's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+PEERS = ("jnp", "onnxruntime", "numpy")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One benchmark shape; indices are drawn uniformly from each indexed axis."""
+
+    name: str
+    op: str  # "gather", "gather_elements" or "gather_nd"
+    attribute: int
+    data_shape: tuple[int, ...]
+    indices_shape: tuple[int, ...]
+    negative: bool = False  # draw from [-s, s-1] rather than [0, s-1]
+    dtype: str = "float32"
+    vmapped: bool = False  # the op is vmapped over the leading dim of data and indices
+    quick: bool = False
+
+    def scaled(self, divisor: int) -> "Case":
+        """The same case with every dim divided by ``divisor`` (at least 1): for tests."""
+        shrink = lambda shape: tuple(max(1, d // divisor) for d in shape)
+        tail = self.indices_shape[-1:] if self.op == "gather_nd" else ()
+        head = self.indices_shape[: len(self.indices_shape) - len(tail)]
+        if self.op == "gather_nd":
+            # Batch dims must stay equal to data's.
+            b = self.attribute + self.vmapped
+            data = shrink(self.data_shape)
+            return dataclasses.replace(self, data_shape=data, indices_shape=data[:b] + shrink(head[b:]) + tail)
+        if self.op == "gather_elements":
+            data = shrink(self.data_shape)
+            return dataclasses.replace(self, data_shape=data, indices_shape=data)
+        return dataclasses.replace(self, data_shape=shrink(self.data_shape), indices_shape=shrink(head))
+
+
+def _cases() -> list[Case]:
+    base = [
+        Case("gather axis 0 (embedding)", "gather", 0, (50000, 512), (8192,), quick=True),
+        Case("gather axis 1", "gather", 1, (512, 4096), (2048,), negative=True, quick=True),
+        Case("gather_elements axis -1", "gather_elements", -1, (2048, 2048), (2048, 2048), quick=True),
+        Case("gather_elements axis 0", "gather_elements", 0, (2048, 2048), (2048, 2048), quick=True),
+        Case("gather_nd rows", "gather_nd", 0, (256, 256, 64), (100000, 2), quick=True),
+        Case("gather_nd scalars", "gather_nd", 0, (1024, 1024), (1000000, 2), quick=True),
+        Case("gather_nd batch_dims=1 rows", "gather_nd", 1, (64, 1024, 64), (64, 2048, 1)),
+        Case("gather_nd batch_dims=1 scalars", "gather_nd", 1, (64, 256, 256), (64, 16384, 2)),
+        Case("vmap gather axis 0", "gather", 0, (16, 4096, 128), (16, 2048), vmapped=True),
+        Case("vmap gather_elements axis -1", "gather_elements", -1, (16, 512, 512), (16, 512, 512), vmapped=True),
+    ]
+    variants = [dataclasses.replace(c, dtype=dt, name=f"{c.name} {dt}", quick=False)
+                for c in base[:6] for dt in ("bfloat16", "int8")]
+    return base + variants
+
+
+CASES = _cases()
+
+
+# ---- the contenders -----------------------------------------------------------------------------
+
+def _jnp_equivalent(case: Case) -> Callable[[Any, Any], Any]:
+    import jax
+    import jax.numpy as jnp
+
+    a = case.attribute
+    if case.op == "gather":
+        fn = lambda d, i: jnp.take(d, i, axis=a)
+    elif case.op == "gather_elements":
+        fn = lambda d, i: jnp.take_along_axis(d, i, axis=a)
+    else:
+        def nd(d, i):
+            return d[tuple(i[..., c] for c in range(i.shape[-1]))]
+        fn = nd
+        for _ in range(a):  # GatherND batch dims are a vmap of the unbatched gather
+            fn = jax.vmap(fn)
+    return jax.vmap(fn) if case.vmapped else fn
+
+
+def _numpy_equivalent(case: Case) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    a = case.attribute
+    if case.op == "gather":
+        one = lambda d, i: np.take(d, i, axis=a)
+    elif case.op == "gather_elements":
+        one = lambda d, i: np.take_along_axis(d, i, axis=a)
+    else:
+        def one(d, i):
+            b = a
+            lead = tuple(
+                np.arange(n).reshape((-1,) + (1,) * (i.ndim - 2 - k)) for k, n in enumerate(i.shape[:b])
+            )
+            return d[lead + tuple(i[..., c] for c in range(i.shape[-1]))]
+    if case.vmapped:
+        return lambda d, i: np.stack([one(x, y) for x, y in zip(d, i)])
+    return one
+
+
+def _onnxruntime_session(case: Case, data: np.ndarray, indices: np.ndarray):
+    """A one-node model in onnxruntime, or None where it cannot run this case."""
+    if case.vmapped or case.dtype == "bfloat16":
+        return None
+    try:
+        import onnx
+        import onnxruntime
+        from onnx import helper
+    except ImportError:
+        return None
+    op_type = {"gather": "Gather", "gather_elements": "GatherElements", "gather_nd": "GatherND"}[case.op]
+    attr = {"axis": case.attribute} if case.op != "gather_nd" else {"batch_dims": case.attribute}
+    node = helper.make_node(op_type, ["data", "indices"], ["out"], **attr)
+    graph = helper.make_graph(
+        [node], "bench",
+        [helper.make_tensor_value_info("data", helper.np_dtype_to_tensor_dtype(data.dtype), data.shape),
+         helper.make_tensor_value_info("indices", onnx.TensorProto.INT64, indices.shape)],
+        [helper.make_tensor_value_info("out", helper.np_dtype_to_tensor_dtype(data.dtype), None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {"data": data, "indices": indices}
+    return lambda: session.run(None, feed)[0]
+
+
+def _make_inputs(case: Case, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    import ml_dtypes
+
+    dtype = ml_dtypes.bfloat16 if case.dtype == "bfloat16" else np.dtype(case.dtype)
+    if np.dtype(dtype).kind == "i":
+        data = rng.integers(-100, 100, case.data_shape).astype(dtype)
+    else:
+        data = rng.standard_normal(case.data_shape, dtype=np.float32).astype(dtype)
+    lead = 1 if case.vmapped else 0
+    plan = _plan(case, case.data_shape[lead:], case.indices_shape[lead:])
+    sizes = np.asarray(plan.index_sizes)
+    if plan.append_index_vector_dim:
+        sizes = sizes[0]
+    low = -sizes if case.negative else 0
+    indices = np.floor(low + rng.random(case.indices_shape) * (sizes - low)).astype(np.int64)
+    return data, indices
+
+
+def _plan(case: Case, data_shape: tuple[int, ...], indices_shape: tuple[int, ...]):
+    from jax_gather import plans
+
+    plan_fn = {"gather": plans.gather_plan, "gather_elements": plans.gather_elements_plan,
+               "gather_nd": plans.gather_nd_plan}[case.op]
+    return plan_fn(data_shape, indices_shape, case.attribute)
+
+
+def _contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, Callable[[], Any]]:
+    """Zero-argument calls, one per contender, each returning its output."""
+    import jax
+    import jax.numpy as jnp
+
+    import jax_gather
+
+    op = getattr(jax_gather, case.op)
+    d, i = jnp.asarray(data), jnp.asarray(indices)
+
+    def ours(mode: str) -> Callable[[Any, Any], Any]:
+        fn = lambda d, i: op(d, i, case.attribute, mode=mode)
+        return jax.vmap(fn) if case.vmapped else fn
+
+    jitted = {
+        "jax_gather": jax.jit(ours("checked")),
+        "jax_gather[promise]": jax.jit(ours("promise_in_bounds")),
+        "jax_gather[fill]": jax.jit(ours("fill")),
+        "jnp": jax.jit(_jnp_equivalent(case)),
+    }
+    calls = {name: (lambda f=f: f(d, i).block_until_ready()) for name, f in jitted.items()}
+    ort = _onnxruntime_session(case, data, indices)
+    if ort is not None:
+        calls["onnxruntime"] = ort
+    numpy_fn = _numpy_equivalent(case)
+    calls["numpy"] = lambda: numpy_fn(data, indices)
+    return calls
+
+
+def _backward_contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, Callable[[], Any]]:
+    import jax
+    import jax.numpy as jnp
+
+    import jax_gather
+
+    if not np.issubdtype(np.dtype(data.dtype), np.floating) and data.dtype.name != "bfloat16":
+        return {}
+    op = getattr(jax_gather, case.op)
+    ours = lambda d, i: op(d, i, case.attribute)
+    if case.vmapped:
+        ours = jax.vmap(ours)
+    theirs = _jnp_equivalent(case)
+    d, i = jnp.asarray(data), jnp.asarray(indices)
+    grads = {
+        "jax_gather": jax.jit(jax.grad(lambda d, i: ours(d, i).astype(jnp.float32).sum())),
+        "jnp": jax.jit(jax.grad(lambda d, i: theirs(d, i).astype(jnp.float32).sum())),
+    }
+    return {name: (lambda g=g: g(d, i).block_until_ready()) for name, g in grads.items()}
+
+
+# ---- timing -----------------------------------------------------------------------------------------
+
+def _time(call: Callable[[], Any], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _paired_rounds(calls: dict[str, Callable[[], Any]], rounds: int, reps: int) -> dict[str, list[float]]:
+    for call in calls.values():  # compile and warm up
+        call()
+        call()
+    names = list(calls)
+    per_round: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            per_round[name].append(_time(calls[name], reps))
+    return per_round
+
+
+def _median_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    return float(np.median(np.asarray(a) / np.asarray(b)))
+
+
+def _memcpy_bandwidth(nbytes: int, reps: int) -> float:
+    """Bytes per second of a same-size copy (read + write), measured now."""
+    src = np.ones(max(nbytes // 4, 1), np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    return 2 * src.nbytes / _time(lambda: np.copyto(dst, src), reps)
+
+
+def run_case(case: Case, rounds: int, reps: int, backward: bool = True, seed: int = 0) -> dict[str, Any]:
+    """Measures one case; returns its row of results."""
+    rng = np.random.default_rng(seed)
+    data, indices = _make_inputs(case, rng)
+    calls = _contenders(case, data, indices)
+    times = _paired_rounds(calls, rounds, reps)
+    peers = [p for p in PEERS if p in times]
+    best_peer_per_round = np.min([times[p] for p in peers], axis=0)
+    medians = {k: float(np.median(v)) for k, v in times.items()}
+    best_peer = min(peers, key=lambda p: medians[p])
+    out_bytes = int(np.prod(_output_shape(case, data, indices))) * data.dtype.itemsize
+    moved = 2 * out_bytes + indices.size * 4  # gathered reads + output writes + int32 indices
+    row: dict[str, Any] = {
+        "case": case.name,
+        "dtype": case.dtype,
+        "median_s": medians,
+        "best_peer": best_peer,
+        "ratio": _median_ratio(times["jax_gather"], best_peer_per_round),
+        "ratio_promise": _median_ratio(times["jax_gather[promise]"], best_peer_per_round),
+        "checked_over_fill": _median_ratio(times["jax_gather"], times["jax_gather[fill]"]),
+        "bandwidth_GBps": moved / medians["jax_gather"] / 1e9,
+        "memcpy_GBps": _memcpy_bandwidth(out_bytes, reps) / 1e9,
+    }
+    if backward:
+        grads = _backward_contenders(case, data, indices)
+        if grads:
+            gtimes = _paired_rounds(grads, rounds, reps)
+            row["backward_ratio_vs_jnp"] = _median_ratio(gtimes["jax_gather"], gtimes["jnp"])
+            row["backward_median_s"] = {k: float(np.median(v)) for k, v in gtimes.items()}
+    return row
+
+
+def _output_shape(case: Case, data: np.ndarray, indices: np.ndarray) -> tuple[int, ...]:
+    lead = 1 if case.vmapped else 0
+    return data.shape[:lead] + _plan(case, data.shape[lead:], indices.shape[lead:]).output_shape
+
+
+# ---- reporting --------------------------------------------------------------------------------------
+
+def _format_table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'case':40s} {'ours ms':>8s} {'best peer':>16s} {'ratio':>6s} {'promise':>7s} "
+            f"{'chk/fill':>8s} {'GB/s':>6s} {'memcpy':>6s} {'bwd/jnp':>7s}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        peer = f"{r['best_peer']} {r['median_s'][r['best_peer']] * 1e3:.2f}"
+        bwd = f"{r['backward_ratio_vs_jnp']:.2f}" if "backward_ratio_vs_jnp" in r else "-"
+        lines.append(
+            f"{r['case']:40s} {r['median_s']['jax_gather'] * 1e3:8.2f} {peer:>16s} {r['ratio']:6.2f} "
+            f"{r['ratio_promise']:7.2f} {r['checked_over_fill']:8.2f} {r['bandwidth_GBps']:6.1f} "
+            f"{r['memcpy_GBps']:6.1f} {bwd:>7s}"
+        )
+    ratios = [r["ratio"] for r in rows]
+    lines.append("-" * len(head))
+    lines.append(f"geometric mean of ratios (jax_gather / best peer): {math.exp(np.mean(np.log(ratios))):.2f}; "
+                 f"worst {max(ratios):.2f}")
+    return "\n".join(lines)
+
+
+def _progress(done: int, total: int, label: str) -> None:
+    if sys.stderr.isatty():
+        width = 24
+        filled = int(width * done / total)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:48]:48s}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def run(
+    quick: bool = False,
+    rounds: int | None = None,
+    reps: int | None = None,
+    only: str | None = None,
+    backward: bool = True,
+) -> list[dict[str, Any]]:
+    """Runs the benchmark and returns one row of results per case."""
+    cases = [c for c in CASES if (c.quick or not quick) and (only is None or only in c.name)]
+    rounds = rounds or (5 if quick else 11)
+    reps = reps or (3 if quick else 5)
+    rows = []
+    for k, case in enumerate(cases):
+        _progress(k, len(cases), case.name)
+        rows.append(run_case(case, rounds, reps, backward=backward))
+    _progress(len(cases), len(cases), "done")
+    return rows
+
+
+def describe_machine() -> dict[str, Any]:
+    import os
+    import platform
+
+    import jax
+
+    return {
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def main(args: Any) -> int:
+    """The ``bench`` command; ``args`` as parsed by :mod:`jax_gather.cli`."""
+    from jax_gather.allocator import tune_cpu_allocator
+
+    if args.tune_allocator:
+        tuning = tune_cpu_allocator()
+        said = ", ".join(f"{k}={v}" for k, v in tuning.settings) if tuning.applied else tuning.reason
+        print(f"allocator: tuned ({said}); --no-tune-allocator measures glibc's defaults")
+    else:
+        print("allocator: glibc defaults (tune_cpu_allocator not applied)")
+    machine = describe_machine()
+    print(f"machine: {machine['processor']}, {machine['cpu_count']} cores; JAX {machine['jax']} "
+          f"on {machine['backend']}")
+    rows = run(quick=args.quick, rounds=args.rounds, only=args.only, backward=not args.no_backward)
+    print(_format_table(rows))
+    result = {"machine": machine, "allocator_tuned": args.tune_allocator, "rows": rows}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """A bar chart of jax_gather / best peer per case (1.0 = as fast as the best peer)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["case"] for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.2))
+    y = np.arange(len(rows))
+    ax.barh(y - 0.2, [r["ratio"] for r in rows], height=0.4, label="default mode")
+    ax.barh(y + 0.2, [r["ratio_promise"] for r in rows], height=0.4, label="promise_in_bounds")
+    ax.axvline(1.0, color="k", lw=1)
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.set_xlabel("time / best peer's time (lower is better)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

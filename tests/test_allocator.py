@@ -1,0 +1,61 @@
+"""tune_cpu_allocator: idempotent, a warned no-op where it cannot act, and it removes the
+fresh-page faults of repeated large allocations (counted, not timed)."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jax_gather import allocator
+
+FAULTS = textwrap.dedent(
+    """
+    import resource, sys
+    import numpy as np
+    # numpy asks for huge pages on large arrays; XLA's buffers get 4 KiB pages: count those.
+    core = getattr(np, "_core", None) or np.core
+    core.multiarray._set_madvise_hugepage(False)
+    if sys.argv[1] == "tuned":
+        import jax_gather
+        assert jax_gather.tune_cpu_allocator().applied
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    # 64 MiB: above the largest threshold glibc's adaptive mmap policy reaches (32 MiB).
+    for _ in range(3):
+        np.ones(16 << 20, np.float32)
+    before = faults()
+    for _ in range(10):
+        np.ones(16 << 20, np.float32)
+    print((faults() - before) / 10)
+    """
+)
+
+
+def _faults_per_64_mib(mode):
+    out = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+@pytest.mark.skipif(allocator._glibc() is None, reason="the remedy exists only with glibc")
+def test_tuning_removes_page_faults_of_repeated_large_allocations():
+    assert _faults_per_64_mib("default") > 4000  # fresh pages (16384 of 4 KiB) on every call
+    assert _faults_per_64_mib("tuned") < 50
+
+
+def test_idempotent(monkeypatch):
+    monkeypatch.setattr(allocator, "_state", None)
+    first = allocator.tune_cpu_allocator()
+    assert allocator.tune_cpu_allocator() is first
+    if allocator._glibc() is not None:
+        assert first.applied
+        assert dict(first.settings) == {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 1 << 30}
+
+
+def test_no_op_with_a_warning_where_it_cannot_act(monkeypatch):
+    monkeypatch.setattr(allocator, "_state", None)
+    monkeypatch.setattr(allocator, "_glibc", lambda: None)
+    with pytest.warns(RuntimeWarning, match="nothing done"):
+        result = allocator.tune_cpu_allocator()
+    assert not result.applied and "glibc" in result.reason
+    assert allocator.tune_cpu_allocator() is result  # and it stays a no-op

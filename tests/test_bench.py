@@ -1,0 +1,50 @@
+"""The benchmark compares equal work, runs end to end, and writes its files."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jax_gather import bench, cli
+
+
+@pytest.mark.parametrize("case", bench.CASES, ids=[c.name for c in bench.CASES])
+def test_every_contender_computes_the_same_result(case):
+    small = case.scaled(32)
+    data, indices = bench._make_inputs(small, np.random.default_rng(1))
+    outputs = {name: np.asarray(call()) for name, call in bench._contenders(small, data, indices).items()}
+    expected = outputs.pop("jax_gather")
+    assert {"jnp", "numpy", "jax_gather[promise]"} <= set(outputs)
+    for name, out in outputs.items():
+        np.testing.assert_array_equal(out, expected, err_msg=name)
+    assert expected.shape == bench._output_shape(small, data, indices)
+
+
+def test_cases_cover_the_issue_shapes():
+    shapes = {(c.op, c.data_shape, c.indices_shape) for c in bench.CASES}
+    assert ("gather", (50000, 512), (8192,)) in shapes
+    assert ("gather_nd", (1024, 1024), (1000000, 2)) in shapes
+    assert {c.dtype for c in bench.CASES} == {"float32", "bfloat16", "int8"}
+    assert sum(c.quick for c in bench.CASES) == 6
+
+
+def test_run_case_reports_paired_ratios():
+    case = bench.CASES[1].scaled(8)
+    row = bench.run_case(case, rounds=2, reps=1)
+    assert row["ratio"] > 0 and row["ratio_promise"] > 0 and row["checked_over_fill"] > 0
+    assert row["best_peer"] in bench.PEERS
+    assert set(row["median_s"]) >= {"jax_gather", "jnp", "numpy", "onnxruntime"}
+    assert row["backward_ratio_vs_jnp"] > 0
+    assert 0 < row["bandwidth_GBps"] and 0 < row["memcpy_GBps"]
+
+
+def test_bench_command_writes_json_and_plot(tmp_path, capsys):
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    argv = ["bench", "--quick", "--only", "gather axis 1", "--rounds", "1", "--no-backward",
+            "--no-tune-allocator", "--json", str(out_json), "--plot", str(out_png)]
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "allocator: glibc defaults" in text and "geometric mean" in text
+    result = json.loads(out_json.read_text())
+    assert [r["case"] for r in result["rows"]] == ["gather axis 1"]
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
