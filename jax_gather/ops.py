@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather import _bounds
+from jax_gather import _bounds, _lowering
 from jax_gather._checks import check_mode, fail
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -78,13 +78,7 @@ def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan:
     idx = _bounds.working_indices(plan, indices, clamp=mode != "promise_in_bounds")
     if plan.append_index_vector_dim:
         idx = idx[..., None]
-    out = lax.gather(
-        data,
-        idx,
-        plan.dimension_numbers,
-        plan.slice_sizes,
-        mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-    )
+    out = _lowering.gather(data, idx, plan)
     if needs_mask:
         batch_positions = tuple(
             d for d in range(len(plan.output_shape)) if d not in plan.dimension_numbers.offset_dims
