@@ -79,3 +79,12 @@ if _ERROR_RULES is not None:
     ad.primitive_jvps[_check_p] = _jvp
     batching.primitive_batchers[_check_p] = _batch
     _ERROR_RULES[_check_p] = _error_rule
+
+    # Older shard_map (jax 0.4.35 among them) checks replication with a rule per primitive and
+    # refuses primitives without one. The check returns its first operand, so the
+    # result is replicated as the indices are.
+    from jax.experimental import shard_map as _shard_map
+
+    if getattr(_shard_map, "register_check", None) is not None:  # pragma: no cover
+        _shard_map.register_check(_check_p)(lambda mesh, indices_rep, *_, **__: indices_rep)
+        _shard_map.register_norewrite(_check_p)
