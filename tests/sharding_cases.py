@@ -207,7 +207,7 @@ def run_placement(jax, p: Placement, mode: str) -> dict:
 def _shard_map(jax, f, mesh, in_specs, out_specs):
     if hasattr(jax, "shard_map"):
         return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
-    from jax.experimental.shard_map import shard_map  # before jax 0.6.1
+    from jax.experimental.shard_map import shard_map  # older JAX (0.4.35 among them)
 
     return shard_map(f, mesh, in_specs, out_specs)
 
@@ -381,13 +381,14 @@ def table(jax) -> str:
     embedding lookup and a batched GatherND, sharded against unsharded."""
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    lines = ["| placement | data spec | indices spec | forward | backward (grad w.r.t. data) |",
-             "|---|---|---|---|---|"]
+    spec = lambda entries: "P(" + ", ".join(map(repr, entries)) + ")"
+    show = lambda found: ", ".join(found) or "none"
+    lines = ["| placement | mesh | data | indices | forward | backward (grad w.r.t. data) |",
+             "|---|---|---|---|---|---|"]
     for p in PLACEMENTS:
         r = run_placement(jax, p, "checked")
-        mesh = "x" if len(p.mesh) == 1 else "x, y"
-        show = lambda found: ", ".join(found) or "none"
-        lines.append(f"| `{p.name}` ({mesh}) | `P{p.data_spec}` | `P{p.indices_spec}` | "
+        mesh = ", ".join(f"{a}={n}" for n, a in zip(p.mesh, (X, Y)))
+        lines.append(f"| `{p.name}` | {mesh} | `{spec(p.data_spec)}` | `{spec(p.indices_spec)}` | "
                      f"{show(r['forward'])} | {show(r['backward'])} |")
     lines += ["", "| workload | placement | ms (median of 7) |", "|---|---|---|"]
     rng = np.random.default_rng(0)
