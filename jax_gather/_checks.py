@@ -14,7 +14,7 @@ import numpy as np
 
 # Raised by a comparison of symbolic dims (jax.export) that their constraints leave open.
 _INCONCLUSIVE = getattr(jax.errors, "InconclusiveDimensionOperation", None) or getattr(
-    jax.core, "InconclusiveDimensionOperation"  # before jax 0.4.36
+    jax.core, "InconclusiveDimensionOperation"  # where older JAX (0.4.35) keeps it
 )
 
 MODES = ("checked", "clip", "fill", "promise_in_bounds")

@@ -388,7 +388,8 @@ def table(jax) -> str:
     for p in PLACEMENTS:
         r = run_placement(jax, p, "checked")
         mesh = ", ".join(f"{a}={n}" for n, a in zip(p.mesh, (X, Y)))
-        lines.append(f"| `{p.name}` | {mesh} | `{spec(p.data_spec)}` | `{spec(p.indices_spec)}` | "
+        attr = f"batch_dims={p.attr}" if p.op == "gather_nd" else f"axis {p.attr}"
+        lines.append(f"| `{p.name}` ({attr}) | {mesh} | `{spec(p.data_spec)}` | `{spec(p.indices_spec)}` | "
                      f"{show(r['forward'])} | {show(r['backward'])} |")
     lines += ["", "| workload | placement | ms (median of 7) |", "|---|---|---|"]
     rng = np.random.default_rng(0)
