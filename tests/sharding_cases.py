@@ -7,7 +7,8 @@ in a child process::
 
 It prints one JSON report: per case what was measured (results equal to the NumPy reference,
 which collectives the compiled programs hold, error text), never a verdict; the parent judges.
-Importing the module only defines the cases, so the parent can parametrize over them.
+Importing the module only defines the cases (JAX counts its devices when first used, not on
+import), so the parent can parametrize over them.
 ``--table`` prints the README's tables instead: collectives per placement, and a coarse timing.
 """
 
@@ -21,8 +22,11 @@ import time
 import traceback
 import warnings
 
+import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+import jax_gather
 from tests import reference
 
 DEVICES = 8
@@ -92,6 +96,7 @@ PLACEMENTS = [
     Placement("gather_nd/indexed-dim-sharded", "gather_nd", (16, 12, 4), (6, 2), 0, (8,), (X,), (), False, None,
               "forward: a looked-up slice lives on one device"),
 ]
+BY_NAME = {p.name: p for p in PLACEMENTS}
 
 # shard_map: each op on the local blocks, sharded on dims it does not gather across, so the
 # blocks' results put together equal the op on the whole arrays.
@@ -116,7 +121,7 @@ def case_ids() -> dict[str, list[str]]:
         "placement": [f"{p.name}:{m}" for p in PLACEMENTS for m in MODES],
         "shard_map": [f"shard_map/{c.name}:{m}" for c in SHARD_MAP_CASES for m in MODES],
         "explicit": [f"explicit/{c.name}:{m}" for c in EXPLICIT_CASES for m in MODES],
-        "other": ["shard_map:checked()", "explicit:checked()", "explicit:auto_axes"],
+        "other": ["sharded:checked()", "shard_map:checked()", "explicit:checked()", "explicit:auto_axes"],
     }
 
 
@@ -166,24 +171,18 @@ def _inputs(p: Placement, mode: str):
     return data, idx
 
 
-def _mesh(jax, shape):
-    from jax.sharding import Mesh
-
+def _mesh(shape):
     names = (X, Y)[: len(shape)]
     return Mesh(np.array(jax.devices()[: int(np.prod(shape))]).reshape(shape), names)
 
 
 def _op(p: Placement, mode: str):
-    import jax_gather
-
     op = getattr(jax_gather, p.op)
     return lambda d, i: op(d, i, p.attr, mode=mode)
 
 
-def run_placement(jax, p: Placement, mode: str) -> dict:
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
-    mesh = _mesh(jax, p.mesh)
+def run_placement(p: Placement, mode: str) -> dict:
+    mesh = _mesh(p.mesh)
     data, idx = _inputs(p, mode)
     f = _op(p, mode)
     d = jax.device_put(data, NamedSharding(mesh, P(*p.data_spec)))
@@ -204,7 +203,7 @@ def run_placement(jax, p: Placement, mode: str) -> dict:
     }
 
 
-def _shard_map(jax, f, mesh, in_specs, out_specs):
+def _shard_map(f, mesh, in_specs, out_specs):
     if hasattr(jax, "shard_map"):
         return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
     from jax.experimental.shard_map import shard_map  # older JAX (0.4.35 among them)
@@ -212,12 +211,10 @@ def _shard_map(jax, f, mesh, in_specs, out_specs):
     return shard_map(f, mesh, in_specs, out_specs)
 
 
-def run_shard_map(jax, c: Placement, mode: str) -> dict:
-    from jax.sharding import PartitionSpec as P
-
-    mesh = _mesh(jax, c.mesh)
+def run_shard_map(c: Placement, mode: str) -> dict:
+    mesh = _mesh(c.mesh)
     data, idx = _inputs(c, mode)
-    f = jax.jit(_shard_map(jax, _op(c, mode), mesh, (P(*c.data_spec), P(*c.indices_spec)), P(X)))
+    f = jax.jit(_shard_map(_op(c, mode), mesh, (P(*c.data_spec), P(*c.indices_spec)), P(X)))
     forward = f.lower(data, idx).compile()
     out = forward(data, idx)
     ct = np.random.default_rng(2).integers(-9, 9, out.shape).astype(np.float32)
@@ -232,15 +229,29 @@ def run_shard_map(jax, c: Placement, mode: str) -> dict:
     }
 
 
-def run_checked_shard_map(jax) -> dict:
-    """``jax_gather.checked`` around a jitted shard_map: in bounds, then one bad index."""
-    import jax_gather
-    from jax.sharding import PartitionSpec as P
+def run_checked_sharded() -> dict:
+    """``jax_gather.checked`` around a jitted GatherND whose inputs are sharded on the batch dim:
+    the check sees the whole indices, so the position is global."""
+    p = BY_NAME["gather_nd/batch"]
+    mesh = _mesh(p.mesh)
+    data, idx = _inputs(p, "promise_in_bounds")
+    bad = idx.copy()
+    bad[5, 2, 0] = 10
+    put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, P(*spec)))
+    f = jax_gather.checked(jax.jit(_op(p, "checked")))
+    out = f(put(data, p.data_spec), put(idx, p.indices_spec))
+    return {
+        "equal": _equal(out, reference.gather_nd(data, idx, p.attr)),
+        "error": _raised(lambda: f(put(data, p.data_spec), put(bad, p.indices_spec))),
+    }
 
+
+def run_checked_shard_map() -> dict:
+    """``jax_gather.checked`` around a jitted shard_map: in bounds, then one bad index."""
     c = SHARD_MAP_CASES[1]
-    mesh = _mesh(jax, c.mesh)
+    mesh = _mesh(c.mesh)
     data, idx = _inputs(c, "promise_in_bounds")
-    f = jax_gather.checked(jax.jit(_shard_map(jax, _op(c, "checked"), mesh, (P(X), P(X)), P(X))))
+    f = jax_gather.checked(jax.jit(_shard_map(_op(c, "checked"), mesh, (P(X), P(X)), P(X))))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = f(data, idx)
@@ -261,23 +272,21 @@ def _raised(call) -> str | None:
     return None
 
 
-def _explicit_mesh(jax, shape):
+def _explicit_mesh(shape):
     from jax.sharding import AxisType
 
     return jax.make_mesh(shape, (X, Y)[: len(shape)], axis_types=(AxisType.Explicit,) * len(shape))
 
 
-def _use_mesh(jax, mesh):
+def _use_mesh(mesh):
     return jax.set_mesh(mesh) if hasattr(jax, "set_mesh") else jax.sharding.use_mesh(mesh)
 
 
-def run_explicit(jax, c: Placement, mode: str) -> dict:
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
-    mesh = _explicit_mesh(jax, c.mesh)
+def run_explicit(c: Placement, mode: str) -> dict:
+    mesh = _explicit_mesh(c.mesh)
     data, idx = _inputs(c, mode)
     f = _op(c, mode)
-    with _use_mesh(jax, mesh):
+    with _use_mesh(mesh):
         d = jax.device_put(data, NamedSharding(mesh, P(*c.data_spec)))
         i = jax.device_put(idx, NamedSharding(mesh, P(*c.indices_spec)))
         forward = jax.jit(f).lower(d, i).compile()
@@ -292,18 +301,15 @@ def run_explicit(jax, c: Placement, mode: str) -> dict:
     }
 
 
-def run_checked_explicit(jax) -> dict:
+def run_checked_explicit() -> dict:
     """``jax_gather.checked`` with explicitly sharded inputs: its traced check must trace."""
-    import jax_gather
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
     c = EXPLICIT_CASES[2]
-    mesh = _explicit_mesh(jax, c.mesh)
+    mesh = _explicit_mesh(c.mesh)
     data, idx = _inputs(c, "promise_in_bounds")
     bad = idx.copy()
     bad[6, 3, 0] = -11
     f = jax_gather.checked(jax.jit(_op(c, "checked")))
-    with _use_mesh(jax, mesh), warnings.catch_warnings():
+    with _use_mesh(mesh), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # JAX's own index checks may not trace
         put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, P(*spec)))
         out = f(put(data, c.data_spec), put(idx, c.indices_spec))
@@ -311,17 +317,14 @@ def run_checked_explicit(jax) -> dict:
     return {"equal": _equal(out, reference.gather_nd(data, idx, c.attr)), "error": error}
 
 
-def run_auto_axes(jax) -> dict:
+def run_auto_axes() -> dict:
     """A placement JAX's explicit gather rule cannot resolve (ids sharded on x, the table's
     columns on y), made to trace by ``jax.sharding.auto_axes`` with the output's sharding."""
-    import jax_gather
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
-    mesh = _explicit_mesh(jax, (4, 2))
-    p = PLACEMENTS[3]
+    mesh = _explicit_mesh((4, 2))
+    p = BY_NAME["gather/2d-ids-x-table-columns-y"]
     data, idx = _inputs(p, "checked")
     lookup = jax.sharding.auto_axes(lambda t, i: jax_gather.gather(t, i), out_sharding=P(X, None, Y))
-    with _use_mesh(jax, mesh):
+    with _use_mesh(mesh):
         t = jax.device_put(data, NamedSharding(mesh, P(*p.data_spec)))
         i = jax.device_put(idx, NamedSharding(mesh, P(*p.indices_spec)))
         compiled = jax.jit(lookup).lower(t, i).compile()
@@ -340,24 +343,23 @@ def _record(case: str, run, *args) -> dict:
         return {"case": case, "error_text": traceback.format_exc()}
 
 
-def report(jax) -> dict:
-    from jax import sharding
-
+def report() -> dict:
     records = []
     for p in PLACEMENTS:
         for mode in MODES:
-            records.append(_record(f"{p.name}:{mode}", run_placement, jax, p, mode))
+            records.append(_record(f"{p.name}:{mode}", run_placement, p, mode))
     for c in SHARD_MAP_CASES:
         for mode in MODES:
-            records.append(_record(f"shard_map/{c.name}:{mode}", run_shard_map, jax, c, mode))
-    records.append(_record("shard_map:checked()", run_checked_shard_map, jax))
-    has_explicit = hasattr(getattr(sharding, "AxisType", None), "Explicit")
+            records.append(_record(f"shard_map/{c.name}:{mode}", run_shard_map, c, mode))
+    records.append(_record("sharded:checked()", run_checked_sharded))
+    records.append(_record("shard_map:checked()", run_checked_shard_map))
+    has_explicit = hasattr(getattr(jax.sharding, "AxisType", None), "Explicit")
     if has_explicit:
         for c in EXPLICIT_CASES:
             for mode in MODES:
-                records.append(_record(f"explicit/{c.name}:{mode}", run_explicit, jax, c, mode))
-        records.append(_record("explicit:checked()", run_checked_explicit, jax))
-        records.append(_record("explicit:auto_axes", run_auto_axes, jax))
+                records.append(_record(f"explicit/{c.name}:{mode}", run_explicit, c, mode))
+        records.append(_record("explicit:checked()", run_checked_explicit))
+        records.append(_record("explicit:auto_axes", run_auto_axes))
     return {
         "jax": jax.__version__,
         "devices": jax.device_count(),
@@ -376,32 +378,30 @@ def _median_ms(fn, *args, reps: int = 7) -> float:
     return 1e3 * float(np.median(times))
 
 
-def table(jax) -> str:
+def table() -> str:
     """The README's tables: collectives per placement (default mode), and a coarse timing of an
     embedding lookup and a batched GatherND, sharded against unsharded."""
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
     spec = lambda entries: "P(" + ", ".join(map(repr, entries)) + ")"
     show = lambda found: ", ".join(found) or "none"
     lines = ["| placement | mesh | data | indices | forward | backward (grad w.r.t. data) |",
              "|---|---|---|---|---|---|"]
     for p in PLACEMENTS:
-        r = run_placement(jax, p, "checked")
+        r = run_placement(p, "checked")
         mesh = ", ".join(f"{a}={n}" for n, a in zip(p.mesh, (X, Y)))
         attr = f"batch_dims={p.attr}" if p.op == "gather_nd" else f"axis {p.attr}"
         lines.append(f"| `{p.name}` ({attr}) | {mesh} | `{spec(p.data_spec)}` | `{spec(p.indices_spec)}` | "
                      f"{show(r['forward'])} | {show(r['backward'])} |")
     lines += ["", "| workload | placement | ms (median of 7) |", "|---|---|---|"]
     rng = np.random.default_rng(0)
-    mesh = _mesh(jax, (8,))
+    mesh = _mesh((8,))
     table_, ids = rng.standard_normal((32768, 256), np.float32), rng.integers(0, 32768, 8192)
     data, tuples = rng.standard_normal((64, 512, 128), np.float32), rng.integers(0, 512, (64, 256, 1))
     workloads = [
-        ("embedding 32768x256, 8192 ids", lambda t, i: __import__("jax_gather").gather(t, i), table_, ids,
+        ("embedding 32768x256, 8192 ids", lambda t, i: jax_gather.gather(t, i), table_, ids,
          [("unsharded", None, None), ("table by columns", (None, X), ()), ("table by rows", (X, None), ()),
           ("ids sharded", (), (X,))]),
         ("GatherND batch_dims=1, 64x512x128, 64x256 tuples",
-         lambda d, i: __import__("jax_gather").gather_nd(d, i, 1), data, tuples,
+         lambda d, i: jax_gather.gather_nd(d, i, 1), data, tuples,
          [("unsharded", None, None), ("batch dim sharded", (X,), (X,))]),
     ]
     for name, f, a, b, placements in workloads:
@@ -416,13 +416,11 @@ def table(jax) -> str:
 
 
 def main(argv: list[str]) -> int:
-    import jax
-
     if jax.device_count() < DEVICES:
         print(json.dumps({"error": f"need {DEVICES} devices, got {jax.device_count()}: set "
                                    f"XLA_FLAGS=--xla_force_host_platform_device_count={DEVICES}"}))
         return 2
-    print(table(jax) if "--table" in argv else json.dumps(report(jax)))
+    print(table() if "--table" in argv else json.dumps(report()))
     return 0
 
 

@@ -96,6 +96,15 @@ def test_shard_map_gathers_local_blocks(report, c, mode):
     assert r["forward"] == [] and r["backward"] == []
 
 
+def test_checked_reports_the_global_position_for_sharded_inputs(report):
+    r = _record(report, "sharded:checked()")
+    assert r["equal"]
+    assert r["error"] == (
+        "GatherND: indices[5, 2, 0] = 10 is out of bounds for axis 1 of size 10 "
+        "(valid range [-10, 9]); it is component 0 of the index tuple indices[5, 2, :]"
+    )
+
+
 def test_checked_reports_a_block_local_position_inside_shard_map(report):
     r = _record(report, "shard_map:checked()")
     assert r["equal"]
