@@ -121,7 +121,8 @@ def case_ids() -> dict[str, list[str]]:
         "placement": [f"{p.name}:{m}" for p in PLACEMENTS for m in MODES],
         "shard_map": [f"shard_map/{c.name}:{m}" for c in SHARD_MAP_CASES for m in MODES],
         "explicit": [f"explicit/{c.name}:{m}" for c in EXPLICIT_CASES for m in MODES],
-        "other": ["sharded:checked()", "shard_map:checked()", "explicit:checked()", "explicit:auto_axes"],
+        "other": ["sharded:checked()", "shard_map:checked()", "explicit:checked()", "explicit:vmap",
+                  "explicit:auto_axes"],
     }
 
 
@@ -317,6 +318,23 @@ def run_checked_explicit() -> dict:
     return {"equal": _equal(out, reference.gather_nd(data, idx, c.attr)), "error": error}
 
 
+def run_vmap_explicit() -> dict:
+    """vmap over a batch dim sharded with an explicit axis, default mode and ``checked``."""
+    mesh = _explicit_mesh((8,))
+    data = np.arange(8 * 5 * 3, dtype=np.float32).reshape(8, 5, 3)
+    idx = np.random.default_rng(0).integers(-5, 5, (8, 4))
+    bad = idx.copy()
+    bad[3, 2], bad[6, 1] = 7, 9  # the first failing example is reported
+    f = jax.jit(jax.vmap(lambda d, i: jax_gather.gather(d, i, 0)))
+    with _use_mesh(mesh), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # JAX's own index checks may not trace
+        put = lambda a: jax.device_put(a, NamedSharding(mesh, P(X)))
+        out = f(put(data), put(idx))
+        error = _raised(lambda: jax_gather.checked(f)(put(data), put(bad)))
+    expected = np.stack([reference.gather(d, i, 0) for d, i in zip(data, idx)])
+    return {"equal": _equal(out, expected), "error": error}
+
+
 def run_auto_axes() -> dict:
     """A placement JAX's explicit gather rule cannot resolve (ids sharded on x, the table's
     columns on y), made to trace by ``jax.sharding.auto_axes`` with the output's sharding."""
@@ -359,6 +377,7 @@ def report() -> dict:
             for mode in MODES:
                 records.append(_record(f"explicit/{c.name}:{mode}", run_explicit, c, mode))
         records.append(_record("explicit:checked()", run_checked_explicit))
+        records.append(_record("explicit:vmap", run_vmap_explicit))
         records.append(_record("explicit:auto_axes", run_auto_axes))
     return {
         "jax": jax.__version__,

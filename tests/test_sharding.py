@@ -147,6 +147,14 @@ def test_checked_traces_with_explicit_axes(report):
 
 
 @needs_explicit_axes
+def test_vmap_over_an_explicitly_sharded_batch_dim(report):
+    r = _record(report, "explicit:vmap")
+    assert r["equal"]
+    # The batched check reports the first failing example (a masked reduction picks it).
+    assert r["error"] == "Gather: indices[2] = 7 is out of bounds for axis 0 of size 5 (valid range [-5, 4])"
+
+
+@needs_explicit_axes
 def test_auto_axes_resolves_what_the_explicit_gather_rule_cannot(report):
     r = _record(report, "explicit:auto_axes")
     assert r["equal"]
