@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import export, lax
 
 from jax_gather._check_primitive import check_indices
 from jax_gather._checks import fail
@@ -65,17 +66,44 @@ def raise_if_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> None:
     raise fail(IndexError, plan.op_name, message)
 
 
+def _index_dtype(plan: GatherPlan) -> Any:
+    """int32, or int64 where an indexed axis may be longer than int32 can address. A symbolic
+    axis (jax.export) may be, when x64 is on; without x64 JAX's own shape arithmetic is int32."""
+    wide = any(
+        jax.config.jax_enable_x64 if export.is_symbolic_dim(s) else s > _INT32.max
+        for s in plan.index_sizes
+    )
+    return jnp.int64 if wide else jnp.int32
+
+
+def _sizes(plan: GatherPlan, dtype: Any) -> Any:
+    """The sizes of the indexed axes in ``dtype``: a scalar where the indices get an index-vector
+    dim appended, else one per index component. Symbolic sizes become values of the program."""
+    if any(export.is_symbolic_dim(s) for s in plan.index_sizes):
+        sizes = jnp.stack([jnp.asarray(s).astype(dtype) for s in plan.index_sizes])
+    else:
+        sizes = np.asarray(plan.index_sizes, dtype)
+    return sizes[0] if plan.append_index_vector_dim else sizes
+
+
+def _saturate(indices: jax.Array, target: Any) -> jax.Array:
+    """``indices`` in the signed ``target`` dtype; values beyond its range saturate, so an index
+    stays out of bounds of every axis that ``target`` can address."""
+    if indices.dtype == target:
+        return indices
+    src, info = jnp.iinfo(indices.dtype), jnp.iinfo(target)
+    lo, hi = max(src.min, info.min), min(src.max, info.max)
+    if (lo, hi) != (src.min, src.max):
+        indices = jnp.clip(indices, jnp.asarray(lo, indices.dtype), jnp.asarray(hi, indices.dtype))
+    return indices.astype(target)
+
+
 def in_bounds_mask(plan: GatherPlan, indices: jax.Array) -> jax.Array:
     """Per-element (per index component for GatherND) in-bounds mask of the raw indices."""
-    sizes = np.asarray(plan.index_sizes, dtype=np.int64)
-    if plan.append_index_vector_dim:
-        sizes = sizes[0]
-    # Compare in a dtype that holds both the indices and the bounds exactly.
-    dtype = jnp.promote_types(indices.dtype, jnp.int32 if sizes.max() <= _INT32.max else jnp.int64)
-    if jnp.issubdtype(indices.dtype, jnp.unsignedinteger):
-        return indices < jnp.asarray(sizes, indices.dtype)
-    wide = indices.astype(dtype)
-    return (wide >= jnp.asarray(-sizes, dtype)) & (wide < jnp.asarray(sizes, dtype))
+    target = _index_dtype(plan)
+    sizes = _sizes(plan, target)
+    indices = _saturate(indices, target)
+    return (indices >= -sizes) & (indices < sizes)
 
 
 def in_bounds(plan: GatherPlan, indices: Any) -> jax.Array:
@@ -98,17 +126,35 @@ def in_bounds(plan: GatherPlan, indices: Any) -> jax.Array:
     return ok if plan.append_index_vector_dim else jnp.all(ok, axis=-1)
 
 
+def _first_false(ok: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
+    """The position of the first False of ``ok`` in C order, and a mask that is True there only.
+
+    Found one dim at a time by reductions, rather than by ``argmin`` of the raveled mask and a
+    dynamic index: reductions trace for any sharding of the indices (JAX's explicit sharding
+    refuses dynamic slices of sharded dims) and for symbolic shapes.
+    """
+    at = jnp.logical_not(ok)
+    pos = []
+    for d in range(ok.ndim):
+        along = lax.broadcasted_iota(jnp.int32, ok.shape, d)
+        first = jnp.min(jnp.where(at, along, _INT32.max))
+        at = at & (along == first)
+        pos.append(first)
+    return tuple(pos), at
+
+
 def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.Array:
     """``indices``, carrying a checkify check that reports the first out-of-bounds index in
     the eager error's words."""
-    if ok.size == 0:
+    if 0 in ok.shape:
         return indices
-    flat = jnp.argmin(ok.ravel())  # the first False
-    pos = jnp.unravel_index(flat, ok.shape) if ok.ndim else ()
-    value = indices.ravel()[flat]
+    pos, at = _first_false(ok)
+    lowest = jnp.asarray(jnp.iinfo(indices.dtype).min, indices.dtype)
+    value = jnp.max(jnp.where(at, indices, lowest))
     component = 0 if plan.append_index_vector_dim else pos[-1]
     axis = jnp.asarray(plan.index_axes)[component]
-    size = jnp.asarray(plan.index_sizes)[component]
+    sizes = jnp.asarray(_sizes(plan, _index_dtype(plan)))
+    size = sizes if plan.append_index_vector_dim else sizes[component]
     slots = lambda n: "indices" if not n else "indices[" + ", ".join(["{}"] * n) + "]"
     message = (
         f"{plan.op_name}: {slots(ok.ndim)} = {{}} is out of bounds for axis {{}} of size {{}} "
@@ -129,22 +175,12 @@ def working_indices(plan: GatherPlan, indices: jax.Array, clamp: bool) -> jax.Ar
     to the gather's native clamp, keeps every index the gather sees in bounds, so JAX's own
     checkify index checks never flag a position that "fill" or "clip" handles on purpose.
     """
-    wide = max(plan.index_sizes, default=0) > _INT32.max
-    target = jnp.int64 if wide else jnp.int32
-    info = jnp.iinfo(target)
-    if indices.dtype != target:
-        src = jnp.iinfo(indices.dtype)
-        lo = max(src.min, info.min)
-        hi = min(src.max, info.max)
-        if (lo, hi) != (src.min, src.max):
-            indices = jnp.clip(indices, jnp.asarray(lo, indices.dtype), jnp.asarray(hi, indices.dtype))
-        indices = indices.astype(target)
-    sizes = np.asarray(plan.index_sizes, dtype=target)
-    if plan.append_index_vector_dim:
-        sizes = sizes[0]
+    target = _index_dtype(plan)
+    indices = _saturate(indices, target)
+    sizes = _sizes(plan, target)
     indices = jnp.where(indices < 0, indices + sizes, indices)
     if clamp:
-        indices = jnp.clip(indices, 0, jnp.asarray(sizes - 1, target))
+        indices = jnp.clip(indices, 0, sizes - 1)
     return indices
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.experimental import checkify
 from jax.interpreters import ad, batching, mlir
 
@@ -59,13 +60,16 @@ if _ERROR_RULES is not None:
         if ok_dim is not None:
             # Report the first failing example, as checkify does for a batched check.
             ok = jnp.moveaxis(ok, ok_dim, 0)
-            first = jnp.argmin(ok)
-            fmt = [
-                f if d is None else jnp.moveaxis(f, d, 0)[first]
-                for f, d in zip(fmt, fmt_dims)
-            ]
+            fmt = [f if d is None else _at_first_false(ok, jnp.moveaxis(f, d, 0)) for f, d in zip(fmt, fmt_dims)]
             ok = jnp.all(ok)
         return _check_p.bind(indices, ok, *fmt, message=message), indices_dim
+
+    def _at_first_false(ok: Any, values: Any) -> Any:
+        """``values[argmin(ok)]`` (integer values, batched on dim 0), by a masked reduction
+        rather than a dynamic index: that traces however the batch dim is sharded."""
+        at = lax.broadcasted_iota(jnp.int32, ok.shape, 0) == jnp.argmin(ok)
+        at = at.reshape(at.shape + (1,) * (values.ndim - 1))
+        return jnp.max(jnp.where(at, values, jnp.iinfo(values.dtype).min), axis=0)
 
     def _error_rule(error: Any, enabled_errors: Any, indices: Any, ok: Any, *fmt: Any, message: str) -> Any:
         if _FailedCheckError in enabled_errors:
@@ -79,3 +83,12 @@ if _ERROR_RULES is not None:
     ad.primitive_jvps[_check_p] = _jvp
     batching.primitive_batchers[_check_p] = _batch
     _ERROR_RULES[_check_p] = _error_rule
+
+    # Older shard_map (jax 0.4.35 among them) checks replication with a rule per primitive and
+    # refuses primitives without one. The check returns its first operand, so the
+    # result is replicated as the indices are.
+    from jax.experimental import shard_map as _shard_map
+
+    if getattr(_shard_map, "register_check", None) is not None:  # pragma: no cover
+        _shard_map.register_check(_check_p)(lambda mesh, indices_rep, *_, **__: indices_rep)
+        _shard_map.register_norewrite(_check_p)

@@ -9,7 +9,13 @@ from __future__ import annotations
 import operator
 from typing import Any, Sequence
 
+import jax
 import numpy as np
+
+# Raised by a comparison of symbolic dims (jax.export) that their constraints leave open.
+_INCONCLUSIVE = getattr(jax.errors, "InconclusiveDimensionOperation", None) or getattr(
+    jax.core, "InconclusiveDimensionOperation"  # where older JAX (0.4.35) keeps it
+)
 
 MODES = ("checked", "clip", "fill", "promise_in_bounds")
 
@@ -56,6 +62,15 @@ def rank_at_least(op_name: str, arg_name: str, shape: Sequence[int], minimum: in
         )
 
 
+def dim_greater(a: Any, b: Any) -> bool | None:
+    """``a > b`` for dims that may be symbolic (jax.export); None where the symbols and their
+    constraints leave it open."""
+    try:
+        return bool(a > b)
+    except _INCONCLUSIVE:
+        return None
+
+
 def check_mode(op_name: str, mode: Any) -> str:
     if mode not in MODES:
         valid = ", ".join(repr(m) for m in MODES)
@@ -64,6 +79,4 @@ def check_mode(op_name: str, mode: Any) -> str:
 
 
 def _is_tracer(value: Any) -> bool:
-    import jax
-
     return isinstance(value, jax.core.Tracer)

@@ -57,7 +57,7 @@ def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan:
     if needs_mask and not plan.append_index_vector_dim:
         ok = jnp.all(ok, axis=-1)  # a tuple is in bounds when every component is
 
-    if 0 in plan.index_sizes and indices.size and mode != "fill":
+    if 0 in plan.index_sizes and 0 not in indices.shape and mode != "fill":
         # Statically known: no index is valid on an empty axis, so even traced indices fail.
         axis = plan.index_axes[plan.index_sizes.index(0)]
         raise fail(

@@ -5,6 +5,10 @@ Each function here answers, without running anything: which ``GatherDimensionNum
 addresses (for negative-index normalisation and bounds checks), and what shape comes out.
 They are cached, so a jitted program pays for them once per shape.
 
+Dims may be symbolic (``jax.export`` shape polymorphism) wherever the op does not need their
+value to build the plan: every dim of data and indices except GatherND's ``indices.shape[-1]``,
+which says how many data axes are indexed.
+
 The ops in :mod:`jax_gather.ops` validate their inputs, call one of these, and apply the plan
 with a single ``lax.gather``.
 """
@@ -15,11 +19,11 @@ import dataclasses
 import functools
 from typing import Sequence
 
-from jax import lax
+from jax import export, lax
 
-from jax_gather._checks import canonical_axis, fail, rank_at_least, static_int
+from jax_gather._checks import canonical_axis, dim_greater, fail, rank_at_least, static_int
 
-Shape = tuple[int, ...]
+Shape = tuple[int, ...]  # entries may also be symbolic dims (jax.export)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +54,9 @@ class GatherPlan:
 
 
 def _shape(shape: Sequence[int]) -> Shape:
-    return tuple(int(d) for d in shape)
+    # Symbolic dims stay as they are: they are hashable, and their comparisons are exact where
+    # decidable, so the plan (and its cache) treat them like integers.
+    return tuple(d if export.is_symbolic_dim(d) else int(d) for d in shape)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -91,12 +97,18 @@ def _gather_elements_plan(data_shape: Shape, indices_shape: Shape, axis: int) ->
             f"(indices shape {indices_shape}, data shape {data_shape})",
         )
     for d in range(r):
-        if d != axis and indices_shape[d] > data_shape[d]:
+        if d == axis:
+            continue
+        larger = dim_greater(indices_shape[d], data_shape[d])
+        if larger is not False:  # larger, or not provably not larger
+            undecided = "" if larger else (
+                " (undecidable for these symbolic dims: use the same symbol, or a constraint)"
+            )
             raise fail(
                 ValueError,
                 op,
                 f"indices dimension {d} (size {indices_shape[d]}) must not be larger than data "
-                f"dimension {d} (size {data_shape[d]}) except on axis {axis}; "
+                f"dimension {d} (size {data_shape[d]}) except on axis {axis}{undecided}; "
                 f"got indices shape {indices_shape}, data shape {data_shape}",
             )
     # Every non-axis dim is a batch dim shared by data and indices: out[i] = data[i with
@@ -146,6 +158,13 @@ def _gather_nd_plan(data_shape: Shape, indices_shape: Shape, batch_dims: int) ->
             f"shape {data_shape} and indices shape {indices_shape}",
         )
     k = indices_shape[-1]
+    if export.is_symbolic_dim(k):
+        raise fail(
+            ValueError,
+            op,
+            f"indices.shape[-1] must be a known integer (it says how many data axes are "
+            f"indexed), got the symbolic dimension {k} (indices shape {indices_shape})",
+        )
     if not 1 <= k <= r - b:
         raise fail(
             ValueError,

@@ -2,6 +2,7 @@
 
 import chex
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -70,3 +71,15 @@ def test_nested_lists_and_python_scalars():
     assert jax_gather.gather([True, False], 1).dtype == np.bool_
     assert jax_gather.gather([1.0, 2.0], []).shape == (0,)
     assert jax_gather.gather_nd([[1, 2]], [[0, 1]]).tolist() == [2]
+
+
+@pytest.mark.parametrize("index_dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("mode", ["checked", "fill", "clip"])
+def test_narrow_index_dtypes_on_an_axis_longer_than_they_count(index_dtype, mode):
+    # The bounds of a 300-row axis do not fit in 8 bits: they must not be cast to the indices'
+    # dtype (uint8 300 wraps to 44, which would make row 100 out of bounds).
+    data = np.arange(300, dtype=np.float32)
+    idx = np.array([100, 127, 5], dtype=index_dtype)
+    out = jax.jit(lambda d, i: jax_gather.gather(d, i, mode=mode))(data, idx)
+    np.testing.assert_array_equal(np.asarray(out), [100.0, 127.0, 5.0])
+    assert bool(jnp.all(jax_gather.in_bounds(jax_gather.gather_plan((300,), (3,)), idx)))

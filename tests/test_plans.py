@@ -1,7 +1,7 @@
 """The (shapes, attributes) -> dimension-numbers mapping, tested without running a gather."""
 
 import pytest
-from jax import lax
+from jax import export, lax
 
 from jax_gather import gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -111,4 +111,48 @@ def test_plans_are_cached_and_hashable():
 )
 def test_plan_errors(call, exc, pattern):
     with pytest.raises(exc, match=pattern):
+        call()
+
+
+# Symbolic dims (jax.export shape polymorphism) pass through the plans; one scope for all.
+b, n, v = export.symbolic_shape("b, n, v")
+
+
+def test_plans_keep_symbolic_dims_and_are_cached():
+    plan = gather_nd_plan((b, 5, 6), (b, n, 1), 1)
+    assert plan.output_shape == (b, n, 6) and plan.slice_sizes == (1, 1, 6)
+    assert plan.index_sizes == (5,)
+    assert plan is gather_nd_plan((b, 5, 6), (b, n, 1), 1)
+    plan = gather_plan((b, 4), (n, 3), 1)
+    assert plan.output_shape == (b, n, 3) and plan.slice_sizes == (b, 1)
+    plan = gather_elements_plan((b, 4), (b, 7), 1)
+    assert plan.output_shape == (b, 7) and plan.data_block is None
+    # An indexed axis may be symbolic too: its size becomes a value of the program.
+    assert gather_plan((v, 4), (3,), 0).index_sizes == (v,)
+
+
+def test_symbolic_dims_in_other_scopes_are_other_keys():
+    (other_b,) = export.symbolic_shape("b")
+    assert gather_plan((other_b, 4), (2,), 1) != gather_plan((b, 4), (2,), 1)
+
+
+def test_smaller_symbolic_indices_need_a_constraint():
+    with pytest.raises(ValueError, match=r"GatherElements: indices dimension 0 \(size n\) must not be "
+                       r"larger than data dimension 0 \(size b\) except on axis 1 \(undecidable"):
+        gather_elements_plan((b, 4), (n, 4), 1)
+    c, d = export.symbolic_shape("c, d", constraints=["d <= c"])
+    assert gather_elements_plan((c, 4), (d, 9), 1).data_block == (d, 4)
+
+
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        (lambda: gather_nd_plan((4, 5), (n, b), 0),
+         r"GatherND: indices.shape\[-1\] must be a known integer .* got the symbolic dimension b"),
+        (lambda: gather_nd_plan((b, 5), (n, 3, 1), 1),
+         r"GatherND: the first batch_dims=1 dimensions of data and indices must be equal"),
+    ],
+)
+def test_symbolic_plan_errors(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
         call()
