@@ -7,6 +7,7 @@ import functools
 import itertools
 import warnings
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -63,6 +64,8 @@ def onnx_node_cases() -> tuple:
 def element_type(array: np.ndarray) -> int:
     if array.dtype.kind in "USO":
         return TensorProto.STRING
+    if array.dtype == ml_dtypes.bfloat16:  # older onnx releases do not know the NumPy type
+        return TensorProto.BFLOAT16
     return helper.np_dtype_to_tensor_dtype(array.dtype)
 
 

@@ -4,6 +4,7 @@ models, scoped x64, and to_jax under jit, vmap and grad."""
 import re
 import subprocess
 import sys
+import unittest
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +56,33 @@ def test_onnx_node_case_through_run_node(case):
         _assert_outputs(backend.run_node(node, _arrays(inputs), opset_version=opset), _arrays(outputs))
         # And at the newest opset the installed onnx knows (these ops have not changed since 13).
         _assert_outputs(backend.run_node(node, _arrays(inputs)), _arrays(outputs))
+
+
+def _onnx_runner_tests():
+    """The ONNX backend test runner's own tests for these ops, on CPU, with this backend."""
+    import onnx.backend.test
+
+    runner = onnx.backend.test.BackendTest(backend, __name__)
+    wanted = re.compile(r"^test_gather(_elements|nd)?_.*_cpu$")
+    loader = unittest.defaultTestLoader
+    return [(cls, name) for cls in runner.test_cases.values()
+            for name in loader.getTestCaseNames(cls) if wanted.match(name)]
+
+
+RUNNER_TESTS = _onnx_runner_tests()
+
+
+def test_the_onnx_runner_has_a_test_per_node_case():
+    assert len(RUNNER_TESTS) == len(NODE_CASES)
+
+
+@pytest.mark.parametrize("cls, name", RUNNER_TESTS, ids=[name for _, name in RUNNER_TESTS])
+def test_onnx_backend_test_runner(cls, name):
+    """onnx.backend.test.BackendTest loads the model and data files and compares the outputs."""
+    result = unittest.TestResult()
+    cls(name).run(result)
+    assert result.testsRun == 1 and not result.skipped, result.skipped
+    assert result.wasSuccessful(), result.errors + result.failures
 
 
 def _gather_model(op_type="Gather", data_type=TensorProto.FLOAT, index_type=TensorProto.INT64,

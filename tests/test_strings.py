@@ -19,24 +19,12 @@ from tests.strategies import (
     gather_cases,
     gather_elements_cases,
     gather_nd_cases,
-    make_data,
     make_indices,
+    make_strings,
     make_wild_indices,
 )
 
 KINDS = ["str", "bytes", "object"]
-
-
-def make_strings(shape, kind, seed) -> np.ndarray:
-    """Distinct strings of varying length (some non-ASCII), as a str, bytes or object array."""
-    words = [f"w{v}" + "é" * (v % 3) for v in make_data(shape, np.int64, seed).ravel().tolist()]
-    if kind == "bytes":
-        return np.array([w.encode() for w in words], dtype="S").reshape(shape)
-    if kind == "object":
-        out = np.empty(len(words), object)
-        out[:] = words
-        return out.reshape(shape)
-    return np.array(words, dtype=str).reshape(shape)
 
 
 OPS = {
