@@ -43,6 +43,7 @@ from jax_gather._checks import fail
 from jax_gather._x64 import x64_enabled
 
 __all__ = [
+    "SUPPORTED_OPS",
     "JaxGatherRep",
     "is_compatible",
     "prepare",
@@ -168,7 +169,21 @@ def prepare(model: Any, device: str = "CPU", **kwargs: Any) -> JaxGatherRep:
 
 
 def run_model(model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> list[np.ndarray]:
-    """``prepare(model, device).run(inputs)``."""
+    """``prepare(model, device).run(inputs)``.
+
+    Example:
+      >>> from onnx import TensorProto, helper
+      >>> from jax_gather import backend
+      >>> node = helper.make_node("Gather", ["words", "ids"], ["picked"])
+      >>> graph = helper.make_graph(
+      ...     [node], "words",
+      ...     [helper.make_tensor_value_info("words", TensorProto.STRING, [3]),
+      ...      helper.make_tensor_value_info("ids", TensorProto.INT32, [2])],
+      ...     [helper.make_tensor_value_info("picked", TensorProto.STRING, [2])])
+      >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+      >>> backend.run_model(model, [np.array(["a", "b", "c"]), np.array([-1, 0], np.int32)])
+      [array(['c', 'a'], dtype=object)]
+    """
     return prepare(model, device, **kwargs).run(inputs)
 
 
@@ -219,7 +234,13 @@ def run_node(
 
 
 def supports_device(device: str) -> bool:
-    """Whether JAX has ``device`` here: "CPU", "CUDA" or "CUDA:<n>" ("GPU" is an alias)."""
+    """Whether JAX has ``device`` here: "CPU", "CUDA" or "CUDA:<n>" ("GPU" is an alias).
+
+    Example:
+      >>> from jax_gather import backend
+      >>> backend.supports_device("CPU"), backend.supports_device("TPU")
+      (True, False)
+    """
     try:
         _jax_device(device)
     except (ValueError, RuntimeError):
@@ -228,7 +249,18 @@ def supports_device(device: str) -> bool:
 
 
 def is_compatible(model: Any, device: str = "CPU", **kwargs: Any) -> bool:
-    """Whether :func:`prepare` accepts the model on ``device``: supported ops only, and valid."""
+    """Whether :func:`prepare` accepts the model on ``device``: supported ops only, and valid.
+
+    Example:
+      >>> from onnx import TensorProto, helper
+      >>> from jax_gather import backend
+      >>> node = helper.make_node("Neg", ["x"], ["y"])
+      >>> graph = helper.make_graph(
+      ...     [node], "neg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+      ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+      >>> backend.is_compatible(helper.make_model(graph))
+      False
+    """
     del kwargs
     if not supports_device(device):
         return False
@@ -272,7 +304,8 @@ def to_jax(model: Any) -> Callable[..., tuple[Any, ...]]:
             raise fail(
                 TypeError,
                 _MODEL,
-                f"the function takes {len(graph.inputs)} inputs {list(graph.inputs)}, got {len(inputs)}",
+                f"the function takes {len(graph.inputs)} inputs {list(graph.inputs)}, "
+                f"got {len(inputs)}",
             )
         return tuple(_as_jax(value) for value in _evaluate(graph, dict(zip(graph.inputs, inputs))))
 
@@ -297,18 +330,20 @@ def _compile(model: Any) -> _Graph:
         input_types[info.name] = types[info.name] = _declared_type(f"input {info.name!r}", info)
     nodes = []
     for position, node in enumerate(graph.node):
-        label = (
-            f"{node.op_type} node {node.name!r}" if node.name else f"{node.op_type} node #{position}"
-        )
+        label = f"{node.op_type} {_node_name(node, position)}"
         schema = _schema(node, opset, label)
         attributes = _attributes(node, schema, label)
         _check_inputs(node, schema, types, label)
         if node.op_type == "Constant":
-            value = _constant(node, attributes, label)
-            constants[node.output[0]] = value
-            types[node.output[0]] = _element_type(label, value)
+            output = node.output[0]
+            constants[output] = _constant(node, attributes, label)
+            types[output] = _element_type(label, constants[output])
+            _check_type(node, schema, schema.outputs[0], output, types[output], label)
             continue
-        fn = functools.partial(_GATHERS[node.op_type], **attributes) if node.op_type in _GATHERS else _identity
+        if node.op_type == "Identity":
+            fn = _identity
+        else:  # the attributes are named as the ops' keyword arguments (axis, batch_dims)
+            fn = functools.partial(_GATHERS[node.op_type], **attributes)
         nodes.append(_Node(label, node.op_type, fn, tuple(node.input), node.output[0]))
         types[node.output[0]] = types[node.input[0]]
     _check_outputs(graph, types)
@@ -331,8 +366,14 @@ def _load(model: Any) -> onnx.ModelProto:
     raise fail(
         TypeError,
         _MODEL,
-        f"model must be an onnx.ModelProto, its serialized bytes or a path, got {type(model).__name__}",
+        f"model must be an onnx.ModelProto, its serialized bytes or a path, "
+        f"got {type(model).__name__}",
     )
+
+
+def _node_name(node: onnx.NodeProto, position: int) -> str:
+    """How errors name a node: by its name, or by its position in the graph if it has none."""
+    return f"node {node.name!r}" if node.name else f"node #{position}"
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -349,8 +390,7 @@ def _opset(model: onnx.ModelProto) -> int:
 
 def _refuse_unsupported(graph: onnx.GraphProto) -> None:
     unsupported = [
-        f"{node.domain + '.' if node.domain else ''}{node.op_type} "
-        f"({f'node {node.name!r}' if node.name else f'node #{position}'})"
+        f"{node.domain + '.' if node.domain else ''}{node.op_type} ({_node_name(node, position)})"
         for position, node in enumerate(graph.node)
         if node.domain not in _DEFAULT_DOMAINS or node.op_type not in SUPPORTED_OPS
     ]
@@ -358,8 +398,8 @@ def _refuse_unsupported(graph: onnx.GraphProto) -> None:
         raise fail(
             NotImplementedError,
             _MODEL,
-            f"nodes must be one of {', '.join(SUPPORTED_OPS)} (the ops jax_gather.backend runs), got "
-            + ", ".join(unsupported),
+            f"nodes must be one of {', '.join(SUPPORTED_OPS)} (the ops jax_gather.backend runs), "
+            f"got {', '.join(unsupported)}",
         )
     if graph.sparse_initializer:
         names = [t.values.name for t in graph.sparse_initializer]
@@ -397,7 +437,8 @@ def _attributes(node: onnx.NodeProto, schema: Any, label: str) -> dict[str, Any]
             raise fail(
                 TypeError,
                 label,
-                f"attribute {name} must be of type {type_name(expected)}, got {type_name(attribute.type)}",
+                f"attribute {name} must be of type {type_name(expected)}, "
+                f"got {type_name(attribute.type)}",
             )
         values[name] = helper.get_attribute_value(attribute)
     for name, spec in schema.attributes.items():
@@ -413,7 +454,6 @@ def _check_inputs(node: onnx.NodeProto, schema: Any, types: Mapping[str, int], l
         raise fail(ValueError, label, f"inputs must be {formal}, got {list(node.input)}")
     if len(node.output) != 1 or not node.output[0]:
         raise fail(ValueError, label, f"outputs must be one tensor, got {list(node.output)}")
-    allowed_types = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
     for spec, name in zip(schema.inputs, node.input):
         if name not in types:
             raise fail(
@@ -422,22 +462,34 @@ def _check_inputs(node: onnx.NodeProto, schema: Any, types: Mapping[str, int], l
                 f"input {spec.name} must be a graph input, an initializer or an earlier node's "
                 f"output, got {name!r}, which is none of them",
             )
-        allowed = allowed_types.get(spec.type_str, [spec.type_str])
-        actual = _type_name(types[name])
-        if actual not in allowed:
-            rule = allowed[0] if len(allowed) == 1 else "one of " + ", ".join(allowed)
-            raise fail(
-                TypeError,
-                label,
-                f"{spec.name} must be {rule} ({node.op_type}-{schema.since_version}), "
-                f"got {actual} ({name!r})",
-            )
+        _check_type(node, schema, spec, name, types[name], label)
+
+
+def _check_type(
+    node: onnx.NodeProto, schema: Any, spec: Any, name: str, elem_type: int, label: str
+) -> None:
+    """A tensor's type against the schema's constraint for the input or output ``spec``."""
+    constraints = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+    allowed = constraints.get(spec.type_str, [spec.type_str])
+    actual = _type_name(elem_type)
+    if actual not in allowed:
+        rule = allowed[0] if len(allowed) == 1 else "one of " + ", ".join(allowed)
+        raise fail(
+            TypeError,
+            label,
+            f"{spec.name} must be {rule} ({node.op_type}-{schema.since_version}), "
+            f"got {actual} ({name!r})",
+        )
 
 
 def _check_outputs(graph: onnx.GraphProto, types: Mapping[str, int]) -> None:
     for info in graph.output:
         if info.name not in types:
-            raise fail(ValueError, _MODEL, f"output {info.name!r} must be computed by the graph, got no value for it")
+            raise fail(
+                ValueError,
+                _MODEL,
+                f"output {info.name!r} must be computed by the graph, got no value for it",
+            )
         declared = info.type.tensor_type.elem_type if info.type.HasField("tensor_type") else 0
         if declared and declared != types[info.name]:
             raise fail(
@@ -542,7 +594,8 @@ def _feeds(graph: _Graph, inputs: Any) -> dict[str, np.ndarray]:
             raise fail(
                 ValueError,
                 _MODEL,
-                f"inputs must be {len(graph.inputs)} arrays, for {list(graph.inputs)}, got {len(inputs)}",
+                f"inputs must be {len(graph.inputs)} arrays, for {list(graph.inputs)}, "
+                f"got {len(inputs)}",
             )
         named = dict(zip(graph.inputs, inputs))
     return {name: _as_feed(name, value, graph.input_types[name]) for name, value in named.items()}
@@ -601,7 +654,9 @@ def _jax_device(device: str) -> jax.Device:
     kind, _, index = str(device).upper().partition(":")
     if kind not in _PLATFORMS or not (index == "" or index.isdigit()):
         raise fail(
-            ValueError, "jax_gather.backend", f"device must be 'CPU', 'CUDA' or 'CUDA:<n>', got {device!r}"
+            ValueError,
+            "jax_gather.backend",
+            f"device must be 'CPU', 'CUDA' or 'CUDA:<n>', got {device!r}",
         )
     try:
         devices = jax.devices(_PLATFORMS[kind])
@@ -609,10 +664,14 @@ def _jax_device(device: str) -> jax.Device:
         devices = []
     if int(index or 0) >= len(devices):
         seen = ", ".join(str(d) for d in jax.devices())
-        raise fail(RuntimeError, "jax_gather.backend", f"device {device!r} is not one JAX has here ({seen})")
+        raise fail(
+            RuntimeError, "jax_gather.backend", f"device {device!r} is not one JAX has here ({seen})"
+        )
     return devices[int(index or 0)]
 
 
 def _no_options(where: str, kwargs: Mapping[str, Any]) -> None:
     if kwargs:
-        raise fail(TypeError, f"jax_gather.backend.{where}", f"takes no backend options, got {sorted(kwargs)}")
+        raise fail(
+            TypeError, f"jax_gather.backend.{where}", f"takes no backend options, got {sorted(kwargs)}"
+        )

@@ -156,12 +156,19 @@ def test_invalid_models_are_refused_clearly(model, exc, message):
         onnxruntime_session(model)
 
 
-def test_a_constant_with_two_values_is_refused():
-    """ONNX: exactly one value attribute. onnxruntime takes one of them; the spec refuses."""
+def test_constants_onnx_forbids_are_refused():
+    """onnxruntime runs both of these: a Constant with two values (it takes one of them) and a
+    Constant-1 (opsets 1-8) of int64 (Constant-1 holds float16, float and double only)."""
     node = helper.make_node("Constant", [], ["c"], value_int=1, value_float=1.0)
     message = "Constant node #0: attributes must be exactly one value attribute, got ['value_float', 'value_int']"
     with pytest.raises(ValueError, match=re.escape(message)):
         backend.run_node(node, [])
+    node = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.INT64, [], [1]))
+    message = ("Constant node #0: output must be one of tensor(float16), tensor(float), tensor(double) "
+               "(Constant-1), got tensor(int64) ('c')")
+    with pytest.raises(TypeError, match=re.escape(message)):
+        backend.run_node(node, [], opset_version=8)
+    _assert_outputs(backend.run_node(node, [], opset_version=9), [np.array(1)])
 
 
 def _chain_with(op_type, **attrs):

@@ -32,6 +32,12 @@ OPSETS = [1, 11, 12, 13, 18]
 SOURCES = ["input", "initializer", "constant"]
 
 
+def _sources(opset, dtype):
+    """Where a tensor may come from: Constant-1 (opsets 1-8) holds floats only."""
+    floats = np.dtype(dtype).kind == "f" if dtype != "string" else False
+    return SOURCES if opset >= 9 or floats else SOURCES[:2]
+
+
 def _data(shape, dtype, seed):
     return make_strings(shape, "object", seed) if dtype == "string" else make_data(shape, dtype, seed)
 
@@ -79,7 +85,7 @@ def _fixed_chain(data, opset, sources=("input", "initializer", "constant", "inpu
     x = b.tensor(data, sources[0])
     g = b.node("Gather", [x, b.tensor(np.array([[3, -4], [1, 0]], np.int32), sources[1])], axis=1)
     if opset < 11:
-        last = b.node("Gather", [g, b.tensor(np.array(-1, np.int64), sources[2])], axis=-1)
+        last = b.node("Gather", [g, b.tensor(np.array(-1, np.int64), "initializer")], axis=-1)
     else:  # g has shape (3, 2, 2, 2)
         e_ids = make_indices((3, 2, 2, 1), 2, np.int64, seed=1)
         e = b.node("GatherElements", [g, b.tensor(e_ids, sources[2])], axis=-1)
@@ -129,7 +135,7 @@ def chains(draw, opset):
     seed = draw(st.integers(0, 2**16))
     shape = tuple(draw(st.integers(1, 4)) for _ in range(draw(st.integers(1, 3))))
     data = _data(shape, dtype, seed)
-    data_source = draw(st.sampled_from(SOURCES))
+    data_source = draw(st.sampled_from(_sources(opset, dtype)))
     steps, direct = [], True
     for step in range(draw(st.integers(1, 3))):
         op = draw(st.sampled_from(ops))
@@ -159,7 +165,7 @@ def chains(draw, opset):
         indices = make_indices(ind_shape, sizes, index_dtype, seed + step)
         shape = new_shape
         last = 0 in shape or not shape  # an empty or a scalar result: nothing more to index
-        steps.append((op, attrs, indices, draw(st.sampled_from(SOURCES)), draw(st.booleans()),
+        steps.append((op, attrs, indices, draw(st.sampled_from(_sources(opset, index_dtype))), draw(st.booleans()),
                       last or draw(st.booleans())))
         if last:
             break

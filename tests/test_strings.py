@@ -153,4 +153,7 @@ def test_traced_indices_with_string_data_raise_type_error(transform):
                         (jax_gather.gather_nd, np.array([[1, 0]]))):
         with pytest.raises(TypeError, match=re.escape(TRACED)):
             transform(lambda i: op(data, i))(indices)
+    fill = "fill_value must be concrete when data holds strings"
+    with pytest.raises(TypeError, match=re.escape(fill)):
+        transform(lambda f: jax_gather.gather(data, [[0]], mode="fill", fill_value=f))(np.zeros(1))
 
