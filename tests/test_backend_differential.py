@@ -75,7 +75,8 @@ def _strings_via_positions(build, strings):
     """onnxruntime's answer from its numeric kernels: the positions it gathers from an int64
     iota of the strings' shape (``build(data)`` makes the model), then the strings there."""
     b, model = build(np.arange(strings.size, dtype=np.int64).reshape(strings.shape))
-    return [strings.reshape(-1)[p] for p in onnxruntime_session(model).run(None, b.feeds)]
+    flat = strings.reshape(-1)
+    return [flat[p.reshape(-1)].reshape(p.shape) for p in onnxruntime_session(model).run(None, b.feeds)]
 
 
 def _fixed_chain(data, opset, sources=("input", "initializer", "constant", "input")):
