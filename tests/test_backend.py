@@ -171,16 +171,13 @@ def test_constants_onnx_forbids_are_refused():
     _assert_outputs(backend.run_node(node, [], opset_version=9), [np.array(1)])
 
 
-def _chain_with(op_type, **attrs):
-    model = _gather_model()
-    model.graph.node.append(helper.make_node(op_type, ["out"], ["y"], **attrs))
-    model.graph.node.append(helper.make_node("Add", ["y", "y"], ["z"], name="plus"))
-    return model
-
-
 def test_unsupported_ops_are_named_with_their_nodes():
-    model = _chain_with("Neg")
-    model.graph.node.append(helper.make_node("Gather", ["z", "indices"], ["w"], domain="com.microsoft"))
+    model = _gather_model()
+    model.graph.node.extend([
+        helper.make_node("Neg", ["out"], ["y"]),
+        helper.make_node("Add", ["y", "y"], ["z"], name="plus"),
+        helper.make_node("Gather", ["z", "indices"], ["w"], domain="com.microsoft"),
+    ])
     message = ("ONNX model: nodes must be one of Constant, Gather, GatherElements, GatherND, Identity "
                "(the ops jax_gather.backend runs), got Neg (node #1), Add (node 'plus'), "
                "com.microsoft.Gather (node #3)")
