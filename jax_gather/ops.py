@@ -11,19 +11,21 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather import _bounds, _lowering
+from jax_gather import _bounds, _lowering, _strings
 from jax_gather._checks import check_mode, fail
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
 def _as_data(op_name: str, data: Any) -> Any:
     if not isinstance(data, jax.Array):  # jax.Array covers tracers too
         data = np.asarray(data)
+        if _strings.holds_strings(data):
+            return data
     dtype = data.dtype
     if not (dtype == np.bool_ or jnp.issubdtype(dtype, jnp.number)):
         raise fail(
             TypeError,
             op_name,
-            f"data must have a boolean or numeric dtype, got {np.dtype(dtype).name}",
+            f"data must have a boolean, numeric or string dtype, got {np.dtype(dtype).name}",
         )
     return data
 
@@ -96,9 +98,12 @@ def _run(
     attribute: Any,
     mode: str,
     fill_value: Any,
-) -> jax.Array:
+) -> jax.Array | np.ndarray:
     mode = check_mode(op_name, mode)
     data = _as_data(op_name, data)
+    if _strings.is_string_dtype(data.dtype):  # no JAX dtype: gather positions, then the strings
+        positions = lambda iota, fill: _run(plan_fn, op_name, iota, indices, attribute, mode, fill)
+        return _strings.gather_strings(op_name, data, indices, mode, fill_value, positions)
     indices, concrete = _as_indices(op_name, indices)
     plan = plan_fn(data.shape, indices.shape, attribute)
     dtype = jax.dtypes.canonicalize_dtype(data.dtype)
@@ -113,25 +118,32 @@ def _run(
 
 def gather(
     data: Any, indices: Any, axis: int = 0, *, mode: str = "checked", fill_value: Any = None
-) -> jax.Array:
+) -> jax.Array | np.ndarray:
     """ONNX Gather (opsets 1, 11, 13): take slices of ``data`` along ``axis``.
 
     ``output[a..., i..., b...] = data[a..., indices[i...], b...]``, of shape
     ``data.shape[:axis] + indices.shape + data.shape[axis + 1:]``; indices may have any rank,
     including 0, and negative indices in [-s, -1] count from the end of the axis.
 
+    String data (a NumPy ``str``, ``bytes`` or ``object`` array of strings; ONNX's
+    ``tensor(string)``) is gathered on the host, as JAX has no string dtype: the op gathers the
+    positions of an integer iota of data's shape, with the same indices, attribute and mode,
+    then NumPy takes the strings there. Every rule and error is the numeric one; it needs
+    concrete indices, so call it eagerly (traced indices raise TypeError).
+
     Args:
-      data: array-like of rank >= 1, any boolean or numeric dtype.
+      data: array-like of rank >= 1, any boolean or numeric dtype, or strings.
       indices: integer array-like of any rank.
       axis: static int in [-r, r-1].
       mode: what out-of-bounds indices do: "checked" (default: IndexError on concrete indices;
         a checkify check, and the "fill" result, when traced), "clip", "fill" or
         "promise_in_bounds".
       fill_value: the value of out-of-bounds positions in "fill" (and traced "checked") mode;
-        default NaN for inexact dtypes, the minimum for signed, the maximum for unsigned, True.
+        default NaN for inexact dtypes, the minimum for signed, the maximum for unsigned, True,
+        and the empty string for strings (``b""`` for a bytes array).
 
     Returns:
-      An array of ``data``'s dtype.
+      An array of ``data``'s dtype: a ``jax.Array``, or a NumPy array for string data.
 
     Example:
       >>> import jax_gather
@@ -142,13 +154,15 @@ def gather(
              [[2.3, 3.9]],
       <BLANKLINE>
              [[4.5, 5.9]]], dtype=float32)
+      >>> jax_gather.gather(["ab", "cd", "ef"], [2, -3])
+      array(['ef', 'ab'], dtype='<U2')
     """
     return _run(gather_plan, "Gather", data, indices, axis, mode, fill_value)
 
 
 def gather_elements(
     data: Any, indices: Any, axis: int = 0, *, mode: str = "checked", fill_value: Any = None
-) -> jax.Array:
+) -> jax.Array | np.ndarray:
     """ONNX GatherElements (opsets 11, 13) and OpenVINO GatherElements-6.
 
     ``output[i] = data[i with i[axis] replaced by indices[i]]``; the output has the shape of
@@ -157,14 +171,15 @@ def gather_elements(
     and the axis dim may have any size.
 
     Args:
-      data: array-like of rank >= 1, any boolean or numeric dtype.
+      data: array-like of rank >= 1, any boolean or numeric dtype, or strings (as in
+        :func:`gather`).
       indices: integer array-like of the same rank as data.
       axis: static int in [-r, r-1].
       mode: out-of-bounds policy, as in :func:`gather`.
       fill_value: as in :func:`gather`.
 
     Returns:
-      An array of ``data``'s dtype and ``indices``' shape.
+      An array of ``data``'s dtype and ``indices``' shape (NumPy for string data).
 
     Example:
       >>> import jax_gather
@@ -177,7 +192,7 @@ def gather_elements(
 
 def gather_nd(
     data: Any, indices: Any, batch_dims: int = 0, *, mode: str = "checked", fill_value: Any = None
-) -> jax.Array:
+) -> jax.Array | np.ndarray:
     """ONNX GatherND (opsets 11, 12, 13): gather slices addressed by index tuples.
 
     The last dim of ``indices`` (size k) holds index tuples into data dims
@@ -185,14 +200,15 @@ def gather_nd(
     batch dims and must be equal. Output shape ``indices.shape[:-1] + data.shape[batch_dims + k:]``.
 
     Args:
-      data: array-like of rank r >= 1, any boolean or numeric dtype.
+      data: array-like of rank r >= 1, any boolean or numeric dtype, or strings (as in
+        :func:`gather`).
       indices: integer array-like of rank q >= 1 with ``1 <= indices.shape[-1] <= r - batch_dims``.
       batch_dims: static int in [0, min(q, r)).
       mode: out-of-bounds policy, as in :func:`gather`.
       fill_value: as in :func:`gather`.
 
     Returns:
-      An array of ``data``'s dtype.
+      An array of ``data``'s dtype (NumPy for string data).
 
     Example:
       >>> import jax_gather

@@ -1,10 +1,16 @@
-"""One-node ONNX models and the two ONNX oracles: onnxruntime and onnx.reference."""
+"""ONNX models for the tests (one-node models, chains built node by node), the ONNX node
+test cases, and the two ONNX oracles: onnxruntime and onnx.reference."""
 
 from __future__ import annotations
 
+import functools
+import itertools
+import warnings
+
+import ml_dtypes
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 13
 IR_VERSION = 8  # one that every supported onnxruntime accepts
@@ -41,3 +47,75 @@ def run_reference(model: onnx.ModelProto, data: np.ndarray, indices: np.ndarray)
     from onnx.reference import ReferenceEvaluator
 
     return ReferenceEvaluator(model).run(None, {"data": data, "indices": indices})[0]
+
+
+@functools.lru_cache(maxsize=None)
+def onnx_node_cases() -> tuple:
+    """The ONNX node test cases (with inputs and outputs) of one Gather* node."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases(None)
+    ops = {"Gather", "GatherElements", "GatherND"}
+    return tuple(c for c in cases if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type in ops)
+
+
+def element_type(array: np.ndarray) -> int:
+    if array.dtype.kind in "USO":
+        return TensorProto.STRING
+    if array.dtype == ml_dtypes.bfloat16:  # older onnx releases do not know the NumPy type
+        return TensorProto.BFLOAT16
+    return helper.np_dtype_to_tensor_dtype(array.dtype)
+
+
+class GraphBuilder:
+    """Builds a model node by node; each tensor is a graph input, an initializer or a Constant."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.feeds: dict[str, np.ndarray] = {}
+        self._names = itertools.count()
+
+    def tensor(self, array: np.ndarray, source: str = "input") -> str:
+        name = f"t{next(self._names)}"
+        if source == "input":
+            self.inputs.append(helper.make_tensor_value_info(name, element_type(array), array.shape))
+            self.feeds[name] = array
+        elif source == "initializer":
+            self.initializers.append(numpy_helper.from_array(array, name))
+        elif source == "constant":
+            value = numpy_helper.from_array(array, name + "_value")
+            self.nodes.append(helper.make_node("Constant", [], [name], value=value))
+        else:
+            raise ValueError(source)
+        return name
+
+    def node(self, op_type: str, inputs: list[str], **attrs) -> str:
+        name = f"t{next(self._names)}"
+        self.nodes.append(helper.make_node(op_type, inputs, [name], name=f"n_{name}", **attrs))
+        return name
+
+    def model(self, outputs: list[str], opset: int) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes,
+            "chain",
+            self.inputs,
+            [helper.make_empty_tensor_value_info(name) for name in outputs],
+            initializer=self.initializers,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = IR_VERSION
+        return model
+
+
+def onnxruntime_session(model: onnx.ModelProto):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # errors only: old opsets make it warn on every session
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )

@@ -28,6 +28,18 @@ def make_data(shape, dtype, seed) -> np.ndarray:
     return base.astype(dtype)
 
 
+def make_strings(shape, kind, seed) -> np.ndarray:
+    """Distinct strings of varying length (some non-ASCII), as a str, bytes or object array."""
+    words = [f"w{v}" + "é" * (v % 3) for v in make_data(shape, np.int64, seed).ravel().tolist()]
+    if kind == "bytes":
+        return np.array([w.encode() for w in words], dtype="S").reshape(shape)
+    if kind == "object":
+        out = np.empty(len(words), object)
+        out[:] = words
+        return out.reshape(shape)
+    return np.array(words, dtype=str).reshape(shape)
+
+
 def make_indices(shape, sizes, dtype, seed, negative=True) -> np.ndarray:
     """In-bounds indices in [-s, s-1] (or [0, s-1]); ``sizes`` broadcast against ``shape``."""
     rng = np.random.default_rng(seed + 1)

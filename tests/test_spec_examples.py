@@ -1,13 +1,12 @@
 """Every example of the five spec files and every ONNX node test case for these ops."""
 
-import warnings
-
 import numpy as np
 import pytest
 
 import jax_gather
 from tests.compat import enable_x64
 from jax_gather.spec_examples import SPEC_EXAMPLES
+from tests.onnx_models import onnx_node_cases
 
 OPS = {
     "gather": jax_gather.gather,
@@ -40,17 +39,7 @@ def test_gather_11_axis1_example_is_a_transcription_error():
     np.testing.assert_allclose(out[:, 0, :], [[1.0, 1.9], [2.3, 3.9], [4.5, 5.9]], rtol=1e-6)
 
 
-def _onnx_node_cases():
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
-    ops = {"Gather", "GatherElements", "GatherND"}
-    return [c for c in cases if c.model.graph.node[0].op_type in ops]
-
-
-ONNX_CASES = _onnx_node_cases()
+ONNX_CASES = onnx_node_cases()
 
 
 def test_onnx_node_cases_were_found():

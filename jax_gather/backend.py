@@ -1,0 +1,677 @@
+"""Run ONNX models of Gather, GatherElements and GatherND nodes with JAX.
+
+The ONNX backend API (``onnx.backend.base.Backend``) as module-level functions, the way
+``onnxruntime.backend`` offers it: :func:`prepare`, :func:`run_model`, :func:`run_node`,
+:func:`supports_device` and :func:`is_compatible`. And :func:`to_jax`, which turns a model
+into a pure JAX function to call inside your own jitted programs.
+
+A model may hold Gather, GatherElements and GatherND nodes at every opset where ONNX defines
+them, Constant and Identity nodes, and initializers. Each node is checked against the ONNX
+schema of the model's opset when the model is prepared (attributes, with their defaults, and
+input types), so a model ONNX calls invalid is refused with an error naming the node, the
+rule and the value; any other op raises ``NotImplementedError``. ``run`` evaluates the model
+eagerly with exact ONNX dtypes (64-bit types kept, in a scoped ``jax_enable_x64``; the global
+setting is left alone) and the ops' default "checked" mode: an out-of-bounds index raises
+``IndexError``, as ONNX says. String tensors are gathered on the host.
+
+This module needs the ``onnx`` extra (``pip install 'jax_gather[onnx]'``); ``import
+jax_gather`` never imports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+try:
+    import onnx
+    from onnx import AttributeProto, TensorProto, helper, numpy_helper
+    from onnx.backend.base import BackendRep
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "jax_gather.backend needs the onnx package: pip install 'jax_gather[onnx]'"
+    ) from error
+
+from jax_gather import _strings, ops
+from jax_gather._checks import fail
+from jax_gather._x64 import x64_enabled
+
+__all__ = [
+    "SUPPORTED_OPS",
+    "JaxGatherRep",
+    "is_compatible",
+    "prepare",
+    "run_model",
+    "run_node",
+    "supports_device",
+    "to_jax",
+]
+
+_GATHERS = {"Gather": ops.gather, "GatherElements": ops.gather_elements, "GatherND": ops.gather_nd}
+SUPPORTED_OPS = ("Constant", "Gather", "GatherElements", "GatherND", "Identity")
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_MODEL = "ONNX model"  # the subject of errors about the model as a whole
+
+# The ONNX element types of the ops' type constraint T, with the NumPy dtype that holds each
+# (strings as object arrays, the form onnx.numpy_helper and onnxruntime use).
+_DTYPES = {
+    TensorProto.BOOL: np.dtype(np.bool_),
+    TensorProto.INT8: np.dtype(np.int8),
+    TensorProto.INT16: np.dtype(np.int16),
+    TensorProto.INT32: np.dtype(np.int32),
+    TensorProto.INT64: np.dtype(np.int64),
+    TensorProto.UINT8: np.dtype(np.uint8),
+    TensorProto.UINT16: np.dtype(np.uint16),
+    TensorProto.UINT32: np.dtype(np.uint32),
+    TensorProto.UINT64: np.dtype(np.uint64),
+    TensorProto.FLOAT16: np.dtype(np.float16),
+    TensorProto.BFLOAT16: np.dtype(jnp.bfloat16),
+    TensorProto.FLOAT: np.dtype(np.float32),
+    TensorProto.DOUBLE: np.dtype(np.float64),
+    TensorProto.COMPLEX64: np.dtype(np.complex64),
+    TensorProto.COMPLEX128: np.dtype(np.complex128),
+    TensorProto.STRING: np.dtype(object),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Node:
+    label: str  # how errors name the node: "Gather node 'g1'", or "Gather node #3" if unnamed
+    op_type: str
+    fn: Callable[..., Any]
+    inputs: tuple[str, ...]
+    output: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Graph:
+    inputs: tuple[str, ...]  # fed in this order: the graph inputs without an initializer
+    input_types: Mapping[str, int]  # every graph input that may be fed, with its element type
+    constants: Mapping[str, np.ndarray]  # initializers and Constant values
+    nodes: tuple[_Node, ...]
+    outputs: tuple[str, ...]
+
+
+class JaxGatherRep(BackendRep):
+    """A prepared model. ``run(inputs)`` returns its outputs as a list of NumPy arrays."""
+
+    def __init__(self, graph: _Graph, device: jax.Device) -> None:
+        self._graph = graph
+        self._device = device
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The inputs ``run`` takes, in order (graph inputs that have no initializer)."""
+        return self._graph.inputs
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self._graph.outputs
+
+    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
+        """Evaluates the model eagerly, with exact ONNX dtypes.
+
+        Args:
+          inputs: a list or tuple of arrays in the order of :attr:`input_names`, a dict by
+            name (which may also override initializers listed as graph inputs), or a single
+            array for a model with one input. Each must have its input's exact dtype; strings
+            may be NumPy ``str``, ``bytes`` or ``object`` arrays.
+
+        Returns:
+          The outputs, in graph order, as NumPy arrays (strings as object arrays).
+        """
+        _no_options("run", kwargs)
+        feeds = _feeds(self._graph, inputs)
+        with x64_enabled(), jax.default_device(self._device):
+            return [np.array(value) for value in _evaluate(self._graph, feeds)]
+
+
+def prepare(model: Any, device: str = "CPU", **kwargs: Any) -> JaxGatherRep:
+    """Checks a model and makes it ready to run.
+
+    Args:
+      model: an ``onnx.ModelProto``, its serialized bytes, or a path to a ``.onnx`` file.
+      device: "CPU" (default), or "CUDA" / "CUDA:<n>" where JAX has a GPU.
+
+    Returns:
+      A :class:`JaxGatherRep`, whose ``run(inputs)`` returns the outputs.
+
+    Raises:
+      NotImplementedError: the model has nodes other than Gather, GatherElements, GatherND,
+        Constant and Identity (naming each), or non-tensor inputs.
+      ValueError, TypeError: the model is invalid by the ONNX schema of its opset (naming the
+        node, the rule and the value).
+
+    Example:
+      >>> import numpy as np
+      >>> from onnx import TensorProto, helper
+      >>> from jax_gather import backend
+      >>> node = helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0)
+      >>> graph = helper.make_graph(
+      ...     [node], "lookup",
+      ...     [helper.make_tensor_value_info("ids", TensorProto.INT64, [None])],
+      ...     [helper.make_tensor_value_info("rows", TensorProto.INT64, [None, 2])],
+      ...     initializer=[helper.make_tensor("table", TensorProto.INT64, [3, 2], range(6))])
+      >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+      >>> backend.prepare(model).run([np.array([2, -3])])
+      [array([[4, 5],
+             [0, 1]])]
+    """
+    _no_options("prepare", kwargs)
+    graph = _compile(model)
+    return JaxGatherRep(graph, _jax_device(device))
+
+
+def run_model(model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> list[np.ndarray]:
+    """``prepare(model, device).run(inputs)``.
+
+    Example:
+      >>> from onnx import TensorProto, helper
+      >>> from jax_gather import backend
+      >>> node = helper.make_node("Gather", ["words", "ids"], ["picked"])
+      >>> graph = helper.make_graph(
+      ...     [node], "words",
+      ...     [helper.make_tensor_value_info("words", TensorProto.STRING, [3]),
+      ...      helper.make_tensor_value_info("ids", TensorProto.INT32, [2])],
+      ...     [helper.make_tensor_value_info("picked", TensorProto.STRING, [2])])
+      >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+      >>> backend.run_model(model, [np.array(["a", "b", "c"]), np.array([-1, 0], np.int32)])
+      [array(['c', 'a'], dtype=object)]
+    """
+    return prepare(model, device, **kwargs).run(inputs)
+
+
+def run_node(
+    node: onnx.NodeProto,
+    inputs: Any,
+    device: str = "CPU",
+    outputs_info: Any = None,
+    *,
+    opset_version: int | None = None,
+    **kwargs: Any,
+) -> list[np.ndarray]:
+    """Runs one node on ``inputs`` (a list in the node's input order, or a dict by name).
+
+    The node is wrapped in a one-node model whose input types are the arrays' dtypes, at
+    ``opset_version`` (default: the newest opset the installed onnx knows). ``outputs_info``
+    is accepted for the ONNX backend API and not needed.
+
+    Example:
+      >>> from onnx import helper
+      >>> from jax_gather import backend
+      >>> node = helper.make_node("GatherElements", ["data", "indices"], ["out"], axis=1)
+      >>> backend.run_node(node, [np.array([[1, 2], [3, 4]]), np.array([[0, 0], [1, 0]])])
+      [array([[1, 1],
+             [4, 3]])]
+    """
+    del outputs_info
+    _no_options("run_node", kwargs)
+    if isinstance(inputs, Mapping):
+        named = dict(inputs)
+    else:
+        if len(inputs) != len(node.input):
+            raise fail(
+                ValueError,
+                "run_node",
+                f"inputs must be one array per node input {list(node.input)}, got {len(inputs)}",
+            )
+        named = dict(zip(node.input, inputs))
+    infos = [
+        helper.make_tensor_value_info(name, _element_type(name, value), np.shape(value))
+        for name, value in named.items()
+    ]
+    outputs = [helper.make_empty_tensor_value_info(name) for name in node.output]
+    graph = helper.make_graph([node], "run_node", infos, outputs)
+    opset = onnx.defs.onnx_opset_version() if opset_version is None else opset_version
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return prepare(model, device).run(named)
+
+
+def supports_device(device: str) -> bool:
+    """Whether JAX has ``device`` here: "CPU", "CUDA" or "CUDA:<n>" ("GPU" is an alias).
+
+    Example:
+      >>> from jax_gather import backend
+      >>> backend.supports_device("CPU"), backend.supports_device("TPU")
+      (True, False)
+    """
+    try:
+        _jax_device(device)
+    except (ValueError, RuntimeError):
+        return False
+    return True
+
+
+def is_compatible(model: Any, device: str = "CPU", **kwargs: Any) -> bool:
+    """Whether :func:`prepare` accepts the model on ``device``: supported ops only, and valid.
+
+    Example:
+      >>> from onnx import TensorProto, helper
+      >>> from jax_gather import backend
+      >>> node = helper.make_node("Neg", ["x"], ["y"])
+      >>> graph = helper.make_graph(
+      ...     [node], "neg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+      ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+      >>> backend.is_compatible(helper.make_model(graph))
+      False
+    """
+    del kwargs
+    if not supports_device(device):
+        return False
+    try:
+        _compile(model)
+    except (NotImplementedError, ValueError, TypeError):
+        return False
+    return True
+
+
+def to_jax(model: Any) -> Callable[..., tuple[Any, ...]]:
+    """The model as a pure JAX function: ``fn(*inputs) -> tuple of outputs``.
+
+    ``fn`` takes the graph inputs that have no initializer, in graph order; initializers and
+    Constant values are baked in. It is jittable, vmappable and differentiable with respect
+    to its float inputs. Inside it, JAX's rules hold: dtypes follow your ``jax_enable_x64``
+    setting, and out-of-bounds indices follow the ops' "checked" mode (an ``IndexError`` for
+    concrete indices; under ``jit``, a checkify check, see :func:`jax_gather.checked`, and
+    the "fill" result). String tensors work only eagerly. Inputs are not type-checked
+    against the model (``prepare(model).run`` does that).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from onnx import TensorProto, helper
+      >>> from jax_gather import backend
+      >>> node = helper.make_node("GatherND", ["data", "indices"], ["out"], batch_dims=1)
+      >>> graph = helper.make_graph(
+      ...     [node], "pick",
+      ...     [helper.make_tensor_value_info("data", TensorProto.FLOAT, [2, 3]),
+      ...      helper.make_tensor_value_info("indices", TensorProto.INT64, [2, 1])],
+      ...     [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])])
+      >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+      >>> pick = backend.to_jax(model)
+      >>> jax.jit(pick)(jnp.arange(6.0).reshape(2, 3), jnp.array([[2], [0]]))
+      (Array([2., 3.], dtype=float32),)
+    """
+    graph = _compile(model)
+
+    def fn(*inputs: Any) -> tuple[Any, ...]:
+        if len(inputs) != len(graph.inputs):
+            raise fail(
+                TypeError,
+                _MODEL,
+                f"the function takes {len(graph.inputs)} inputs {list(graph.inputs)}, "
+                f"got {len(inputs)}",
+            )
+        return tuple(_as_jax(value) for value in _evaluate(graph, dict(zip(graph.inputs, inputs))))
+
+    return fn
+
+
+# ---- checking a model ---------------------------------------------------------------------
+
+
+def _compile(model: Any) -> _Graph:
+    model = _load(model)
+    graph = model.graph
+    opset = _opset(model)
+    _refuse_unsupported(graph)
+    types: dict[str, int] = {}
+    constants: dict[str, np.ndarray] = {}
+    for tensor in graph.initializer:
+        constants[tensor.name] = _to_numpy(f"initializer {tensor.name!r}", tensor)
+        types[tensor.name] = tensor.data_type
+    input_types = {}
+    for info in graph.input:
+        input_types[info.name] = types[info.name] = _declared_type(f"input {info.name!r}", info)
+    nodes = []
+    for position, node in enumerate(graph.node):
+        label = f"{node.op_type} {_node_name(node, position)}"
+        schema = _schema(node, opset, label)
+        attributes = _attributes(node, schema, label)
+        _check_inputs(node, schema, types, label)
+        if node.op_type == "Constant":
+            output = node.output[0]
+            constants[output] = _constant(node, attributes, label)
+            types[output] = _element_type(label, constants[output])
+            _check_type(node, schema, schema.outputs[0], output, types[output], label)
+            continue
+        if node.op_type == "Identity":
+            fn = _identity
+        else:  # the attributes are named as the ops' keyword arguments (axis, batch_dims)
+            fn = functools.partial(_GATHERS[node.op_type], **attributes)
+        nodes.append(_Node(label, node.op_type, fn, tuple(node.input), node.output[0]))
+        types[node.output[0]] = types[node.input[0]]
+    _check_outputs(graph, types)
+    return _Graph(
+        inputs=tuple(name for name in input_types if name not in constants),
+        input_types=input_types,
+        constants=constants,
+        nodes=tuple(nodes),
+        outputs=tuple(info.name for info in graph.output),
+    )
+
+
+def _load(model: Any) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, bytes):
+        return onnx.load_model_from_string(model)
+    if isinstance(model, (str, os.PathLike)):
+        return onnx.load(model)
+    raise fail(
+        TypeError,
+        _MODEL,
+        f"model must be an onnx.ModelProto, its serialized bytes or a path, "
+        f"got {type(model).__name__}",
+    )
+
+
+def _node_name(node: onnx.NodeProto, position: int) -> str:
+    """How errors name a node: by its name, or by its position in the graph if it has none."""
+    return f"node {node.name!r}" if node.name else f"node #{position}"
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    versions = [o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS]
+    if not versions:
+        imported = [(o.domain, o.version) for o in model.opset_import]
+        raise fail(
+            ValueError,
+            _MODEL,
+            f"opset_import must include the default ONNX domain ('' or 'ai.onnx'), got {imported}",
+        )
+    return versions[0]
+
+
+def _refuse_unsupported(graph: onnx.GraphProto) -> None:
+    unsupported = [
+        f"{node.domain + '.' if node.domain else ''}{node.op_type} ({_node_name(node, position)})"
+        for position, node in enumerate(graph.node)
+        if node.domain not in _DEFAULT_DOMAINS or node.op_type not in SUPPORTED_OPS
+    ]
+    if unsupported:
+        raise fail(
+            NotImplementedError,
+            _MODEL,
+            f"nodes must be one of {', '.join(SUPPORTED_OPS)} (the ops jax_gather.backend runs), "
+            f"got {', '.join(unsupported)}",
+        )
+    if graph.sparse_initializer:
+        names = [t.values.name for t in graph.sparse_initializer]
+        raise fail(NotImplementedError, _MODEL, f"initializers must be dense, got sparse {names}")
+
+
+def _schema(node: onnx.NodeProto, opset: int, label: str) -> Any:
+    try:
+        return onnx.defs.get_schema(node.op_type, opset, "")
+    except onnx.defs.SchemaError:
+        raise fail(
+            ValueError,
+            label,
+            f"the op must be defined at the model's opset, got opset {opset}, which has no "
+            f"{node.op_type}",
+        ) from None
+
+
+def _attributes(node: onnx.NodeProto, schema: Any, label: str) -> dict[str, Any]:
+    """The node's attributes, with the schema's defaults for those it leaves out."""
+    values = {}
+    for attribute in node.attribute:
+        name = attribute.name
+        if name not in schema.attributes:
+            known = ", ".join(sorted(schema.attributes)) or "none"
+            raise fail(
+                ValueError,
+                label,
+                f"attributes must be those of {node.op_type}-{schema.since_version} ({known}), "
+                f"got {name}={helper.get_attribute_value(attribute)!r}",
+            )
+        expected = schema.attributes[name].type
+        if attribute.type != expected:
+            type_name = AttributeProto.AttributeType.Name
+            raise fail(
+                TypeError,
+                label,
+                f"attribute {name} must be of type {type_name(expected)}, "
+                f"got {type_name(attribute.type)}",
+            )
+        values[name] = helper.get_attribute_value(attribute)
+    for name, spec in schema.attributes.items():
+        if name not in values and spec.default_value.name:
+            values[name] = helper.get_attribute_value(spec.default_value)
+    return values
+
+
+def _check_inputs(node: onnx.NodeProto, schema: Any, types: Mapping[str, int], label: str) -> None:
+    """Input and output counts, and each input's type against the schema's constraint."""
+    formal = [f.name for f in schema.inputs]
+    if len(node.input) != len(formal) or not all(node.input):
+        raise fail(ValueError, label, f"inputs must be {formal}, got {list(node.input)}")
+    if len(node.output) != 1 or not node.output[0]:
+        raise fail(ValueError, label, f"outputs must be one tensor, got {list(node.output)}")
+    for spec, name in zip(schema.inputs, node.input):
+        if name not in types:
+            raise fail(
+                ValueError,
+                label,
+                f"input {spec.name} must be a graph input, an initializer or an earlier node's "
+                f"output, got {name!r}, which is none of them",
+            )
+        _check_type(node, schema, spec, name, types[name], label)
+
+
+def _check_type(
+    node: onnx.NodeProto, schema: Any, spec: Any, name: str, elem_type: int, label: str
+) -> None:
+    """A tensor's type against the schema's constraint for the input or output ``spec``."""
+    constraints = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+    allowed = constraints.get(spec.type_str, [spec.type_str])
+    actual = _type_name(elem_type)
+    if actual not in allowed:
+        rule = allowed[0] if len(allowed) == 1 else "one of " + ", ".join(allowed)
+        raise fail(
+            TypeError,
+            label,
+            f"{spec.name} must be {rule} ({node.op_type}-{schema.since_version}), "
+            f"got {actual} ({name!r})",
+        )
+
+
+def _check_outputs(graph: onnx.GraphProto, types: Mapping[str, int]) -> None:
+    for info in graph.output:
+        if info.name not in types:
+            raise fail(
+                ValueError,
+                _MODEL,
+                f"output {info.name!r} must be computed by the graph, got no value for it",
+            )
+        declared = info.type.tensor_type.elem_type if info.type.HasField("tensor_type") else 0
+        if declared and declared != types[info.name]:
+            raise fail(
+                TypeError,
+                _MODEL,
+                f"output {info.name!r} is declared {_type_name(declared)}, "
+                f"got a value of type {_type_name(types[info.name])}",
+            )
+
+
+def _declared_type(subject: str, info: onnx.ValueInfoProto) -> int:
+    kind = info.type.WhichOneof("value")
+    if kind is None:
+        raise fail(ValueError, _MODEL, f"{subject} must declare its type, got none")
+    if kind != "tensor_type":
+        raise fail(NotImplementedError, _MODEL, f"{subject} must be a tensor, got a {kind}")
+    elem_type = info.type.tensor_type.elem_type
+    _dtype_of(subject, elem_type)
+    return elem_type
+
+
+def _dtype_of(subject: str, elem_type: int) -> np.dtype:
+    if elem_type not in _DTYPES:
+        name = _type_name(elem_type) if elem_type else "no element type"
+        raise fail(
+            NotImplementedError,
+            _MODEL,
+            f"{subject} must have one of the types the gathers take, got {name}",
+        )
+    return _DTYPES[elem_type]
+
+
+def _type_name(elem_type: int) -> str:
+    return f"tensor({TensorProto.DataType.Name(elem_type).lower()})"
+
+
+def _to_numpy(subject: str, tensor: onnx.TensorProto) -> np.ndarray:
+    dtype = _dtype_of(subject, tensor.data_type)
+    # Older onnx releases read bfloat16 as float32; the values are exact either way.
+    return numpy_helper.to_array(tensor).astype(dtype, copy=False)
+
+
+def _constant(node: onnx.NodeProto, attributes: Mapping[str, Any], label: str) -> np.ndarray:
+    if len(attributes) != 1:
+        raise fail(
+            ValueError,
+            label,
+            f"attributes must be exactly one value attribute, got {sorted(attributes) or 'none'}",
+        )
+    ((name, value),) = attributes.items()
+    if name == "value":
+        return _to_numpy(label, value)
+    if name in ("value_float", "value_floats"):
+        return np.array(value, np.float32)
+    if name in ("value_int", "value_ints"):
+        return np.array(value, np.int64)
+    if name == "value_string":
+        return np.array(value.decode("utf-8"), object)
+    if name == "value_strings":
+        return np.array([s.decode("utf-8") for s in value], object)
+    raise fail(NotImplementedError, label, f"the value must be dense, got {name}")
+
+
+def _element_type(subject: str, value: Any) -> int:
+    """The ONNX element type of an array."""
+    array = np.asarray(value)
+    if _strings.holds_strings(array):
+        return TensorProto.STRING
+    for elem_type, dtype in _DTYPES.items():
+        if array.dtype == dtype:
+            return elem_type
+    raise fail(
+        TypeError,
+        subject,
+        f"arrays must have a dtype the gathers take (bool, ints, floats, complex, strings), "
+        f"got {array.dtype}",
+    )
+
+
+# ---- running a model ----------------------------------------------------------------------
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _feeds(graph: _Graph, inputs: Any) -> dict[str, np.ndarray]:
+    if isinstance(inputs, Mapping):
+        unknown = [name for name in inputs if name not in graph.input_types]
+        missing = [name for name in graph.inputs if name not in inputs]
+        if unknown or missing:
+            raise fail(
+                ValueError,
+                _MODEL,
+                f"inputs must be named {list(graph.inputs)}, got {list(inputs)}",
+            )
+        named = dict(inputs)
+    else:
+        if not isinstance(inputs, (list, tuple)):
+            inputs = [inputs]  # a single array for a one-input model, as onnxruntime allows
+        if len(inputs) != len(graph.inputs):
+            raise fail(
+                ValueError,
+                _MODEL,
+                f"inputs must be {len(graph.inputs)} arrays, for {list(graph.inputs)}, "
+                f"got {len(inputs)}",
+            )
+        named = dict(zip(graph.inputs, inputs))
+    return {name: _as_feed(name, value, graph.input_types[name]) for name, value in named.items()}
+
+
+def _as_feed(name: str, value: Any, elem_type: int) -> np.ndarray:
+    array = np.asarray(value)
+    expected = _DTYPES[elem_type]
+    if elem_type == TensorProto.STRING and _strings.holds_strings(array):
+        return array.astype(object)  # a copy: ONNX's NumPy form of strings, as onnxruntime's
+    if array.dtype != expected:
+        raise fail(
+            TypeError,
+            _MODEL,
+            f"input {name!r} must be {_type_name(elem_type)} (NumPy {expected}), got {array.dtype}",
+        )
+    return array
+
+
+def _evaluate(graph: _Graph, feeds: Mapping[str, Any]) -> tuple[Any, ...]:
+    env = {**graph.constants, **feeds}
+    for node in graph.nodes:
+        try:
+            env[node.output] = node.fn(*(env[name] for name in node.inputs))
+        except (IndexError, TypeError, ValueError) as error:
+            located = _in_node(error, node)
+            if located is error:
+                raise
+            raise located from error
+    return tuple(env[name] for name in graph.outputs)
+
+
+def _in_node(error: Exception, node: _Node) -> Exception:
+    """The op's error, naming the node: "Gather node 'g1': indices[1] = 7 is out of ..."."""
+    prefix = f"{node.op_type}: "
+    message = str(error)
+    if type(error) not in (IndexError, TypeError, ValueError) or not message.startswith(prefix):
+        return error
+    return type(error)(f"{node.label}: {message[len(prefix):]}")
+
+
+def _as_jax(value: Any) -> Any:
+    if not isinstance(value, jax.Array):
+        value = np.asarray(value)
+        if not _strings.is_string_dtype(value.dtype):
+            value = jnp.asarray(value)
+    return value
+
+
+# ---- devices and options ------------------------------------------------------------------
+
+_PLATFORMS = {"CPU": "cpu", "CUDA": "gpu", "GPU": "gpu"}
+
+
+def _jax_device(device: str) -> jax.Device:
+    kind, _, index = str(device).upper().partition(":")
+    if kind not in _PLATFORMS or not (index == "" or index.isdigit()):
+        raise fail(
+            ValueError,
+            "jax_gather.backend",
+            f"device must be 'CPU', 'CUDA' or 'CUDA:<n>', got {device!r}",
+        )
+    try:
+        devices = jax.devices(_PLATFORMS[kind])
+    except RuntimeError:
+        devices = []
+    if int(index or 0) >= len(devices):
+        seen = ", ".join(str(d) for d in jax.devices())
+        raise fail(
+            RuntimeError, "jax_gather.backend", f"device {device!r} is not one JAX has here ({seen})"
+        )
+    return devices[int(index or 0)]
+
+
+def _no_options(where: str, kwargs: Mapping[str, Any]) -> None:
+    if kwargs:
+        raise fail(
+            TypeError, f"jax_gather.backend.{where}", f"takes no backend options, got {sorted(kwargs)}"
+        )

@@ -1,0 +1,449 @@
+"""jax_gather.backend: the ONNX node test cases, the backend API, invalid and unsupported
+models, scoped x64, and to_jax under jit, vmap and grad."""
+
+import re
+import subprocess
+import sys
+import unittest
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import pytest
+from jax.test_util import check_grads
+from onnx import TensorProto, helper, numpy_helper
+
+import jax_gather
+from jax_gather import backend
+from tests import reference
+from tests.compat import enable_x64
+from tests.onnx_models import GraphBuilder, onnx_node_cases, onnxruntime_session
+
+NODE_CASES = onnx_node_cases()
+
+
+def _arrays(tensors):
+    return [t if isinstance(t, np.ndarray) else numpy_helper.to_array(t) for t in tensors]
+
+
+def _assert_outputs(outputs, expected):
+    assert isinstance(outputs, list) and len(outputs) == len(expected)
+    for out, want in zip(outputs, expected):
+        assert isinstance(out, np.ndarray)
+        assert out.dtype == want.dtype and out.shape == want.shape
+        np.testing.assert_array_equal(out, want)
+
+
+def test_node_cases_were_found():
+    assert len(NODE_CASES) >= 10
+    assert {c.model.graph.node[0].op_type for c in NODE_CASES} == {"Gather", "GatherElements", "GatherND"}
+
+
+@pytest.mark.parametrize("case", NODE_CASES, ids=[c.name for c in NODE_CASES])
+def test_onnx_node_case_through_prepare(case):
+    assert backend.is_compatible(case.model)
+    rep = backend.prepare(case.model)
+    for inputs, outputs in case.data_sets:
+        _assert_outputs(rep.run(_arrays(inputs)), _arrays(outputs))
+
+
+@pytest.mark.parametrize("case", NODE_CASES, ids=[c.name for c in NODE_CASES])
+def test_onnx_node_case_through_run_node(case):
+    node = case.model.graph.node[0]
+    opset = case.model.opset_import[0].version
+    for inputs, outputs in case.data_sets:
+        _assert_outputs(backend.run_node(node, _arrays(inputs), opset_version=opset), _arrays(outputs))
+        # And at the newest opset the installed onnx knows (these ops have not changed since 13).
+        _assert_outputs(backend.run_node(node, _arrays(inputs)), _arrays(outputs))
+
+
+def _onnx_runner_tests():
+    """The ONNX backend test runner's own tests for these ops, on CPU, with this backend."""
+    import onnx.backend.test
+
+    runner = onnx.backend.test.BackendTest(backend, __name__)
+    wanted = re.compile(r"^test_gather(_elements|nd)?_.*_cpu$")
+    loader = unittest.defaultTestLoader
+    return [(cls, name) for cls in runner.test_cases.values()
+            for name in loader.getTestCaseNames(cls) if wanted.match(name)]
+
+
+RUNNER_TESTS = _onnx_runner_tests()
+
+
+def test_the_onnx_runner_has_a_test_per_node_case():
+    assert len(RUNNER_TESTS) == len(NODE_CASES)
+
+
+@pytest.mark.parametrize("cls, name", RUNNER_TESTS, ids=[name for _, name in RUNNER_TESTS])
+def test_onnx_backend_test_runner(cls, name):
+    """onnx.backend.test.BackendTest loads the model and data files and compares the outputs."""
+    result = unittest.TestResult()
+    cls(name).run(result)
+    assert result.testsRun == 1 and not result.skipped, result.skipped
+    assert result.wasSuccessful(), result.errors + result.failures
+
+
+def _gather_model(op_type="Gather", data_type=TensorProto.FLOAT, index_type=TensorProto.INT64,
+                  opset=13, name="g", **attrs):
+    node = helper.make_node(op_type, ["data", "indices"], ["out"], name=name, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "one",
+        [helper.make_tensor_value_info("data", data_type, None),
+         helper.make_tensor_value_info("indices", index_type, None)],
+        [helper.make_tensor_value_info("out", data_type, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _with(model, mutate):
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    mutate(model)
+    return model
+
+
+def _add_node(model, node):
+    model.graph.node.append(node)
+
+
+# (case, model, exception, message); onnxruntime refuses each of these models as well
+INVALID = [
+    ("GatherND-11 with batch_dims", _gather_model("GatherND", opset=11, batch_dims=1), ValueError,
+     "GatherND node 'g': attributes must be those of GatherND-11 (none), got batch_dims=1"),
+    ("GatherND-13 int32 indices", _gather_model("GatherND", index_type=TensorProto.INT32), TypeError,
+     "GatherND node 'g': indices must be tensor(int64) (GatherND-13), got tensor(int32) ('indices')"),
+    ("GatherND-11 int32 indices", _gather_model("GatherND", index_type=TensorProto.INT32, opset=11), TypeError,
+     "GatherND node 'g': indices must be tensor(int64) (GatherND-11), got tensor(int32)"),
+    ("GatherND-12 int32 indices", _gather_model("GatherND", index_type=TensorProto.INT32, opset=12), TypeError,
+     "GatherND node 'g': indices must be tensor(int64) (GatherND-12), got tensor(int32)"),
+    ("Gather float indices", _gather_model(index_type=TensorProto.FLOAT), TypeError,
+     "Gather node 'g': indices must be one of tensor(int32), tensor(int64) (Gather-13), got tensor(float)"),
+    ("Gather-1 int16 indices", _gather_model(index_type=TensorProto.INT16, opset=1), TypeError,
+     "Gather node 'g': indices must be one of tensor(int32), tensor(int64) (Gather-1), got tensor(int16)"),
+    ("GatherElements uint8 indices", _gather_model("GatherElements", index_type=TensorProto.UINT8), TypeError,
+     "GatherElements node 'g': indices must be one of tensor(int32), tensor(int64) (GatherElements-13), got tensor(uint8)"),
+    ("bfloat16 data before opset 13", _gather_model(data_type=TensorProto.BFLOAT16, opset=12), TypeError,
+     "Gather node 'g': data must be one of tensor(uint8), "),
+    ("unknown attribute", _gather_model(foo=1), ValueError,
+     "Gather node 'g': attributes must be those of Gather-13 (axis), got foo=1"),
+    ("float axis", _gather_model(axis=1.0), TypeError,
+     "Gather node 'g': attribute axis must be of type INT, got FLOAT"),
+    ("GatherElements before opset 11", _gather_model("GatherElements", opset=10), ValueError,
+     "GatherElements node 'g': the op must be defined at the model's opset, got opset 10, which has no GatherElements"),
+    ("three inputs", _with(_gather_model(), lambda m: m.graph.node[0].input.append("data")), ValueError,
+     "Gather node 'g': inputs must be ['data', 'indices'], got ['data', 'indices', 'data']"),
+    ("undefined input", _with(_gather_model(), lambda m: m.graph.node[0].input.__setitem__(1, "nowhere")), ValueError,
+     "Gather node 'g': input indices must be a graph input, an initializer or an earlier node's output, got 'nowhere'"),
+    ("no default-domain opset", _with(_gather_model(), lambda m: setattr(m.opset_import[0], "domain", "ai.onnx.ml")),
+     ValueError, "ONNX model: opset_import must include the default ONNX domain ('' or 'ai.onnx'), got [('ai.onnx.ml', 13)]"),
+    ("output declared with another type", _with(_gather_model(), lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", TensorProto.INT64)),
+     TypeError, "ONNX model: output 'out' is declared tensor(int64), got a value of type tensor(float)"),
+    ("undeclared input type", _with(_gather_model(), lambda m: m.graph.input[0].ClearField("type")), ValueError,
+     "ONNX model: input 'data' must declare its type, got none"),
+]
+
+
+@pytest.mark.parametrize("model, exc, message", [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_models_are_refused_clearly(model, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        backend.prepare(model)
+    assert not backend.is_compatible(model)
+    with pytest.raises(Exception):  # onnxruntime refuses each of these models too
+        onnxruntime_session(model)
+
+
+def test_constants_onnx_forbids_are_refused():
+    """onnxruntime runs both of these: a Constant with two values (it takes one of them) and a
+    Constant-1 (opsets 1-8) of int64 (Constant-1 holds float16, float and double only)."""
+    node = helper.make_node("Constant", [], ["c"], value_int=1, value_float=1.0)
+    message = "Constant node #0: attributes must be exactly one value attribute, got ['value_float', 'value_int']"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        backend.run_node(node, [])
+    node = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.INT64, [], [1]))
+    message = ("Constant node #0: output must be one of tensor(float16), tensor(float), tensor(double) "
+               "(Constant-1), got tensor(int64) ('c')")
+    with pytest.raises(TypeError, match=re.escape(message)):
+        backend.run_node(node, [], opset_version=8)
+    _assert_outputs(backend.run_node(node, [], opset_version=9), [np.array(1)])
+
+
+def test_unsupported_ops_are_named_with_their_nodes():
+    model = _gather_model()
+    model.graph.node.extend([
+        helper.make_node("Neg", ["out"], ["y"]),
+        helper.make_node("Add", ["y", "y"], ["z"], name="plus"),
+        helper.make_node("Gather", ["z", "indices"], ["w"], domain="com.microsoft"),
+    ])
+    message = ("ONNX model: nodes must be one of Constant, Gather, GatherElements, GatherND, Identity "
+               "(the ops jax_gather.backend runs), got Neg (node #1), Add (node 'plus'), "
+               "com.microsoft.Gather (node #3)")
+    assert not backend.is_compatible(model)
+    with pytest.raises(NotImplementedError, match=re.escape(message)):
+        backend.prepare(model)
+    with pytest.raises(NotImplementedError, match="got Add"):
+        backend.run_node(helper.make_node("Add", ["a", "b"], ["c"]), [np.ones(2), np.ones(2)])
+
+
+def test_an_onnx_model_with_other_ops_is_not_compatible():
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        case = next(c for c in collect_testcases(None) if c.name == "test_nllloss_NC_expanded")
+    assert not backend.is_compatible(case.model)
+    with pytest.raises(NotImplementedError, match=r"got Unsqueeze \(node #3\), Neg \(node #5\)"):
+        backend.prepare(case.model)
+
+
+def test_non_tensor_inputs_and_sparse_constants_are_not_implemented():
+    model = _gather_model()
+    seq = helper.make_tensor_sequence_value_info("data", TensorProto.FLOAT, None)
+    model.graph.input[0].CopyFrom(seq)
+    with pytest.raises(NotImplementedError, match=re.escape("ONNX model: input 'data' must be a tensor, got a sequence_type")):
+        backend.prepare(model)
+    sparse = helper.make_sparse_tensor(
+        helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]), helper.make_tensor("i", TensorProto.INT64, [1], [0]), [3]
+    )
+    node = helper.make_node("Constant", [], ["c"], name="k", sparse_value=sparse)
+    with pytest.raises(NotImplementedError, match=re.escape("Constant node 'k': the value must be dense, got sparse_value")):
+        backend.run_node(node, [])
+
+
+def test_out_of_bounds_raises_index_error_naming_the_node():
+    rep = backend.prepare(_gather_model(name="lookup"))
+    data = np.arange(6, dtype=np.float32).reshape(3, 2)
+    message = "Gather node 'lookup': indices[1] = 3 is out of bounds for axis 0 of size 3 (valid range [-3, 2])"
+    with pytest.raises(IndexError, match=re.escape(message)):
+        rep.run([data, np.array([0, 3])])
+    # An unnamed node is named by its position in the graph.
+    node = helper.make_node("GatherElements", ["d", "i"], ["o"], axis=1)
+    with pytest.raises(IndexError, match=re.escape("GatherElements node #0: indices[0, 1] = -3 is out of bounds")):
+        backend.run_node(node, [data, np.array([[0, -3]])])
+    # A bad shape at run time is the op's ValueError, also naming the node.
+    with pytest.raises(ValueError, match=re.escape("Gather node 'lookup': axis must be in [-1, 0] for data of rank 1")):
+        backend.prepare(_gather_model(name="lookup", axis=1)).run([np.ones(3, np.float32), np.array([0])])
+
+
+def test_index_error_in_a_later_node_of_a_chain():
+    b = GraphBuilder()
+    data = b.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), "initializer")
+    ids = b.tensor(np.array([[2, 0]], np.int64), "input")
+    rows = b.node("GatherND", [data, b.tensor(np.array([[1], [2]], np.int64), "constant")])
+    out = b.node("GatherElements", [rows, ids], axis=1)
+    rep = backend.prepare(b.model([out], 13))
+    _assert_outputs(rep.run([np.array([[3, -4]], np.int64)]), [np.array([[7.0, 4.0]], np.float32)])
+    with pytest.raises(IndexError, match=re.escape(f"GatherElements node 'n_{out}': indices[0, 0] = 4 is out of bounds")):
+        rep.run([np.array([[4, 0]], np.int64)])
+
+
+def test_run_accepts_lists_tuples_dicts_and_one_array():
+    model = _gather_model()
+    data, ids = np.arange(4, dtype=np.float32).reshape(2, 2), np.array([1, -2])
+    expected = [data[[1, 0]]]
+    rep = backend.prepare(model)
+    assert rep.input_names == ("data", "indices") and rep.output_names == ("out",)
+    _assert_outputs(rep.run([data, ids]), expected)
+    _assert_outputs(rep.run((data, ids)), expected)
+    _assert_outputs(rep.run({"indices": ids, "data": data}), expected)
+    _assert_outputs(backend.run_model(model, [data, ids]), expected)
+    b = GraphBuilder()
+    out = b.node("Gather", [b.tensor(data, "initializer"), b.tensor(ids, "input")])
+    _assert_outputs(backend.prepare(b.model([out], 13)).run(ids), expected)
+
+
+def test_bad_feeds():
+    rep = backend.prepare(_gather_model())
+    data = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match=re.escape("ONNX model: inputs must be 2 arrays, for ['data', 'indices'], got 1")):
+        rep.run([data])
+    with pytest.raises(ValueError, match=re.escape("ONNX model: inputs must be named ['data', 'indices'], got ['data', 'ids']")):
+        rep.run({"data": data, "ids": np.array([0])})
+    with pytest.raises(TypeError, match=re.escape("ONNX model: input 'indices' must be tensor(int64) (NumPy int64), got int32")):
+        rep.run([data, np.array([0], np.int32)])
+    with pytest.raises(TypeError, match=re.escape("ONNX model: input 'data' must be tensor(float) (NumPy float32), got <U1")):
+        rep.run([np.array(["a"]), np.array([0])])
+    with pytest.raises(TypeError, match=re.escape("jax_gather.backend.run: takes no backend options, got ['logid']")):
+        rep.run([data, np.array([0])], logid="x")
+    with pytest.raises(TypeError, match=re.escape("jax_gather.backend.prepare: takes no backend options")):
+        backend.prepare(_gather_model(), providers=["CUDAExecutionProvider"])
+    with pytest.raises(TypeError, match=re.escape("ONNX model: model must be an onnx.ModelProto, its serialized bytes or a path, got dict")):
+        backend.prepare({})
+
+
+def test_models_as_bytes_and_paths(tmp_path):
+    model = _gather_model("GatherElements", axis=-1)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    data, ids = np.arange(4, dtype=np.float32).reshape(2, 2), np.array([[1, 0], [0, -1]])
+    expected = [np.array([[1, 0], [2, 3]], np.float32)]
+    for form in (model.SerializeToString(), str(path), path):
+        _assert_outputs(backend.prepare(form).run([data, ids]), expected)
+
+
+def test_devices():
+    platforms = {d.platform for d in jax.devices()} | {"cpu"}
+    assert backend.supports_device("CPU") and backend.supports_device("cpu:0")
+    assert backend.supports_device("CUDA") == ("gpu" in platforms or "cuda" in platforms)
+    assert not backend.supports_device("TPU") and not backend.supports_device("CUDA:x")
+    assert not backend.supports_device("CPU:99")
+    assert not backend.is_compatible(_gather_model(), device="TPU")
+    with pytest.raises(ValueError, match=re.escape("jax_gather.backend: device must be 'CPU', 'CUDA' or 'CUDA:<n>', got 'TPU'")):
+        backend.prepare(_gather_model(), "TPU")
+    with pytest.raises(RuntimeError, match=re.escape("jax_gather.backend: device 'CPU:99' is not one JAX has here")):
+        backend.prepare(_gather_model(), "CPU:99")
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_exact_dtypes_in_a_scoped_x64(x64):
+    b = GraphBuilder()
+    outs = []
+    for dtype in (np.int64, np.uint64, np.float64, np.complex128):
+        data = b.tensor(np.arange(6).astype(dtype).reshape(3, 2) * (2**40 if dtype != np.complex128 else 1), "initializer")
+        outs.append(b.node("Gather", [data, b.tensor(np.array([2, -3]), "input")]))
+    rep = backend.prepare(b.model(outs, 13))
+    with enable_x64(x64):
+        results = rep.run([np.array([2, -3])] * 4)
+        assert jax.config.jax_enable_x64 == x64  # left as it was
+        with pytest.raises(IndexError):
+            rep.run([np.array([2, 3])] * 4)
+        assert jax.config.jax_enable_x64 == x64  # also after an error
+        assert jnp.asarray(np.int64(1)).dtype == (np.int64 if x64 else np.int32)
+    for out, dtype in zip(results, (np.int64, np.uint64, np.float64, np.complex128)):
+        assert out.dtype == dtype
+        scale = 2**40 if dtype != np.complex128 else 1
+        np.testing.assert_array_equal(out, (np.array([[4, 5], [0, 1]]) * scale).astype(dtype))
+
+
+def test_importing_jax_gather_does_not_import_onnx():
+    code = (
+        "import sys, numpy as np, jax_gather\n"
+        "jax_gather.gather(np.array(['a', 'b']), [1])\n"
+        "jax_gather.gather_nd(np.ones((2, 2)), [[1, 0]])\n"
+        "leaked = sorted(m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnxruntime'))\n"
+        "assert not leaked, leaked\n"
+        "import jax_gather.backend\n"
+        "assert 'onnx' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+
+
+def test_outputs_are_copies_and_inputs_are_not_mutated():
+    b = GraphBuilder()
+    table = b.tensor(np.arange(3, dtype=np.float32), "initializer")
+    ids = b.tensor(np.array([0], np.int64), "input")
+    rep = backend.prepare(b.model([b.node("Identity", [table]), b.node("Identity", [ids])], 13))
+    feed = np.array([2, 1], np.int64)
+    first, passed = rep.run([feed])
+    first[:] = -1
+    passed[:] = -1
+    np.testing.assert_array_equal(rep.run([feed])[0], [0, 1, 2])
+    np.testing.assert_array_equal(feed, [2, 1])
+
+
+def test_constants_of_every_attribute_kind():
+    b = GraphBuilder()
+    outs = []
+    for attrs in ({"value_int": 7}, {"value_ints": [1, -2]}, {"value_float": 1.5}, {"value_floats": [0.5]},
+                  {"value_string": "é"}, {"value_strings": ["a", "bc"]},
+                  {"value": helper.make_tensor("v", TensorProto.BFLOAT16, [2], [1.5, -2.0])}):
+        name = f"c{len(outs)}"
+        b.nodes.append(helper.make_node("Constant", [], [name], **attrs))
+        outs.append(name)
+    outs = backend.prepare(b.model(outs, 13)).run([])
+    expected = [np.array(7), np.array([1, -2]), np.array(1.5, np.float32), np.array([0.5], np.float32),
+                np.array("é", object), np.array(["a", "bc"], object), np.array([1.5, -2.0], jnp.bfloat16)]
+    _assert_outputs(outs, expected)
+
+
+def test_initializers_listed_as_inputs_can_be_overridden():
+    b = GraphBuilder()
+    table = b.tensor(np.array([10, 20, 30], np.int64), "initializer")
+    b.inputs.append(helper.make_tensor_value_info(table, TensorProto.INT64, [3]))
+    ids = b.tensor(np.array([0]), "input")
+    rep = backend.prepare(b.model([b.node("Gather", [table, ids])], 13))
+    assert rep.input_names == (ids,)
+    _assert_outputs(rep.run([np.array([-1])]), [np.array([30])])
+    _assert_outputs(rep.run({ids: np.array([-1]), table: np.array([1, 2, 3])}), [np.array([3])])
+
+
+def _chain_model():
+    """data (input) -> Gather(axis=1, initializer int32) -> GatherElements(axis=0, Constant) -> Identity,
+    plus GatherND(batch_dims=1) on data with an index input."""
+    b = GraphBuilder()
+    data = b.tensor(np.zeros((3, 4), np.float32), "input")
+    ids = b.tensor(np.zeros((3, 1), np.int64), "input")
+    cols = b.node("Gather", [data, b.tensor(np.array([3, -4, 1], np.int32), "initializer")], axis=1)
+    picked = b.node("GatherElements", [cols, b.tensor(np.array([[2, -1, 0]], np.int64), "constant")], axis=0)
+    same = b.node("Identity", [picked])
+    rows = b.node("GatherND", [data, ids], batch_dims=1)
+    return b.model([same, rows], 13)
+
+
+def _chain_reference(data, ids):
+    cols = reference.gather(data, np.array([3, -4, 1]), 1)
+    picked = reference.gather_elements(cols, np.array([[2, -1, 0]]), 0)
+    return picked, reference.gather_nd(data, ids, 1)
+
+
+DATA = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+IDS = np.array([[3], [-4], [0]], np.int64)
+
+
+def test_to_jax_is_pure_and_matches_run():
+    fn = backend.to_jax(_chain_model())
+    expected = _chain_reference(DATA, IDS)
+    for f in (fn, jax.jit(fn)):
+        out = f(DATA, IDS)
+        assert isinstance(out, tuple) and len(out) == 2
+        for o, e in zip(out, expected):
+            assert isinstance(o, jax.Array)
+            np.testing.assert_array_equal(np.asarray(o), e)
+    _assert_outputs(backend.prepare(_chain_model()).run([DATA, IDS]), list(expected))
+    with pytest.raises(TypeError, match=re.escape("ONNX model: the function takes 2 inputs ['t0', 't1'], got 1")):
+        fn(DATA)
+
+
+def test_to_jax_vmap_and_grad():
+    fn = backend.to_jax(_chain_model())
+    batch = np.stack([DATA, DATA + 1, -DATA])
+    ids = np.stack([IDS, IDS[::-1], -IDS - 1])
+    out = jax.vmap(fn)(batch, ids)
+    for k in range(3):
+        for o, e in zip(out, _chain_reference(batch[k], ids[k])):
+            np.testing.assert_array_equal(np.asarray(o[k]), e)
+    loss = lambda d: sum(jnp.sum(jnp.sin(o)) for o in fn(d, IDS))
+    check_grads(loss, (DATA,), order=2, modes=["fwd", "rev"])
+    # The gradient is the scatter-add of the cotangent onto the positions read.
+    grad = jax.grad(lambda d: sum(jnp.sum(o) for o in fn(d, IDS)))(DATA)
+    counts = np.zeros((3, 4), np.float32)
+    np.add.at(counts, (np.array([2, 2, 0]), np.array([3, 0, 1])), 1)  # GatherElements after Gather
+    np.add.at(counts, (np.arange(3), np.array([3, 0, 0])), 1)  # GatherND rows
+    np.testing.assert_array_equal(np.asarray(grad), counts)
+
+
+def test_to_jax_out_of_bounds_under_jit():
+    fn = backend.to_jax(_chain_model())
+    bad = np.array([[3], [4], [0]], np.int64)
+    with pytest.raises(IndexError, match=re.escape(f"GatherND node 'n_t7': indices[1, 0] = 4 is out of bounds")):
+        fn(DATA, bad)  # concrete: the eager error
+    filled = jax.jit(fn)(DATA, bad)[1]  # traced: the "fill" result
+    assert np.isnan(np.asarray(filled)[1]) and np.asarray(filled)[0] == DATA[0, 3]
+    with pytest.raises(IndexError, match=re.escape("GatherND: indices[1, 0] = 4 is out of bounds for axis 1 of size 4")):
+        jax_gather.checked(jax.jit(fn))(DATA, bad)
+
+
+def test_to_jax_with_strings_runs_eagerly_only():
+    b = GraphBuilder()
+    words = b.tensor(np.array(["zero", "one", "two"], object), "initializer")
+    ids = b.tensor(np.array([0], np.int64), "input")
+    fn = backend.to_jax(b.model([b.node("Gather", [words, ids])], 13))
+    (out,) = fn(np.array([2, -3]))
+    assert out.dtype == object and out.tolist() == ["two", "zero"]
+    with pytest.raises(TypeError, match="JAX has no string dtype"):
+        jax.jit(fn)(np.array([2, -3]))
