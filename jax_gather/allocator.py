@@ -19,6 +19,7 @@ import warnings
 # glibc <malloc.h>
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
+_M_ARENA_MAX = -8
 
 _state: "AllocatorTuning | None" = None
 
@@ -53,15 +54,22 @@ def _glibc() -> ctypes.CDLL | None:
 def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> AllocatorTuning:
     """Makes glibc keep freed memory so large outputs reuse warm pages instead of faulting.
 
-    Sets ``mallopt(M_MMAP_MAX, 0)`` (large blocks come from the heap, not fresh ``mmap``s) and
-    ``mallopt(M_TRIM_THRESHOLD, trim_threshold)`` (freed memory is not handed back to the OS
-    until that much is free at the top of the heap). Call it once, early, before the large
-    arrays of your program exist; calling it again does nothing and returns the first result.
+    Sets ``mallopt(M_ARENA_MAX, 1)`` (every thread allocates from the main heap, which only
+    shrinks from its top), ``mallopt(M_MMAP_MAX, 0)`` (large blocks come from that heap, not
+    fresh ``mmap``s) and ``mallopt(M_TRIM_THRESHOLD, trim_threshold)`` (freed memory goes back
+    to the OS only once that much is free at the top). Measured on the benchmark shapes in
+    fresh processes (2-core x86-64, glibc 2.36): page faults per call of the embedding lookup
+    (50000x512 float32, 8192 indices) drop from 82-4097 to 0, and from up to 6251 to 0 on the
+    other shapes; each of the three settings alone, or a 32 MiB ``M_MMAP_THRESHOLD``, still
+    faults on some of them. Call it once, early, before JAX has run anything: threads that
+    already own a heap keep it. Calling it again does nothing and returns the first result.
 
-    The trade-off: memory a program frees stays in the process, up to ``trim_threshold`` per
-    heap, instead of returning to the OS, so the resident size stays near its peak; memory is
-    not leaked and is reused by later allocations. Where it cannot act (not Linux with glibc:
-    macOS, Windows, musl) it does nothing and warns.
+    The trade-off: memory a program frees stays in the process instead of returning to the OS
+    (measured: after freeing 1.5 GiB of arrays the resident size stayed at 669 MiB instead of
+    dropping to 157 MiB), so the resident size stays near its recent peak; the memory is
+    reused by later allocations, not leaked. Allocation from one heap also serialises
+    ``malloc`` across threads, which costs nothing measurable here. Where it cannot act (not
+    Linux with glibc: macOS, Windows, musl) it does nothing and warns.
 
     Returns:
       An :class:`AllocatorTuning` describing what was done.
@@ -82,7 +90,11 @@ def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> AllocatorTuning:
         _state = AllocatorTuning(False, reason="not Linux with glibc: there is no mallopt to call")
         warnings.warn(f"tune_cpu_allocator: nothing done ({_state.reason})", RuntimeWarning, stacklevel=2)
         return _state
-    settings = (("M_MMAP_MAX", _M_MMAP_MAX, 0), ("M_TRIM_THRESHOLD", _M_TRIM_THRESHOLD, int(trim_threshold)))
+    settings = (
+        ("M_ARENA_MAX", _M_ARENA_MAX, 1),
+        ("M_MMAP_MAX", _M_MMAP_MAX, 0),
+        ("M_TRIM_THRESHOLD", _M_TRIM_THRESHOLD, int(trim_threshold)),
+    )
     done = []
     for name, param, value in settings:
         if libc.mallopt(param, value) != 1:

@@ -49,7 +49,7 @@ def test_idempotent(monkeypatch):
     assert allocator.tune_cpu_allocator() is first
     if allocator._glibc() is not None:
         assert first.applied
-        assert dict(first.settings) == {"M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 1 << 30}
+        assert dict(first.settings) == {"M_ARENA_MAX": 1, "M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 1 << 30}
 
 
 def test_no_op_with_a_warning_where_it_cannot_act(monkeypatch):
