@@ -1,0 +1,73 @@
+"""The notebooks in notebooks/ run top to bottom without error, and are committed executed.
+
+Each notebook is run by ``execute`` from ``notebooks/run_all.py`` (the script that also saves
+them): a fresh ipykernel on this very Python, the notebooks folder as the working directory,
+and a time budget per notebook. The executed copy stays in memory; the files are never
+rewritten here. After changing a notebook or the library, ``python notebooks/run_all.py``
+re-executes and saves them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+EXPECTED = ("01_semantics.ipynb", "02_in_jax_programs.ipynb", "03_performance.ipynb")
+FOUND = sorted(path.name for path in NOTEBOOKS.glob("*.ipynb"))
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("notebooks_run_all", NOTEBOOKS / "run_all.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_all = _load_runner()
+
+
+def _code_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
+
+
+def test_the_expected_notebooks_are_there():
+    missing = [name for name in EXPECTED if name not in FOUND]
+    assert not missing, f"notebooks missing from {NOTEBOOKS}: {missing} (found {FOUND})"
+
+
+def test_the_kernel_runs_this_python(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys; print(sys.executable)")])
+    nbformat.write(nb, tmp_path / "which_python.ipynb")
+    executed = run_all.execute(tmp_path / "which_python.ipynb", timeout=60)
+    printed = executed.cells[0].outputs[0].text.strip()
+    assert Path(printed).resolve() == Path(sys.executable).resolve()
+
+
+@pytest.mark.parametrize("name", FOUND)
+def test_notebook_is_committed_with_its_outputs(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbformat.validate(nb)
+    counts = [cell.execution_count for cell in _code_cells(nb)]
+    assert None not in counts, f"{name}: some code cells were never executed: {counts}"
+    assert counts == list(range(1, len(counts) + 1)), (
+        f"{name}: cells were not executed once, top to bottom, in one kernel: {counts}"
+    )
+    for k, cell in enumerate(_code_cells(nb), start=1):
+        for output in cell.outputs:
+            assert output.output_type != "error", f"{name}, code cell {k}: saved with an error"
+            assert output.get("name") != "stderr", (
+                f"{name}, code cell {k}: saved with output on stderr (a warning?):\n{output.text}"
+            )
+
+
+@pytest.mark.parametrize("name", FOUND)
+def test_notebook_executes_without_error(name):
+    # Raises CellExecutionError, with the failing cell and its traceback, at the first error.
+    executed = run_all.execute(NOTEBOOKS / name)
+    counts = [cell.execution_count for cell in _code_cells(executed)]
+    assert None not in counts
