@@ -61,8 +61,11 @@ def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> AllocatorTuning:
     fresh processes (2-core x86-64, glibc 2.36): page faults per call of the embedding lookup
     (50000x512 float32, 8192 indices) drop from 82-4097 to 0, and from up to 6251 to 0 on the
     other shapes; each of the three settings alone, or a 32 MiB ``M_MMAP_THRESHOLD``, still
-    faults on some of them. Call it once, early, before JAX has run anything: threads that
-    already own a heap keep it. Calling it again does nothing and returns the first result.
+    faults on some of them. Call it once, at the start of the program, before JAX or anything
+    else has started threads: a thread that already owns a heap keeps it. In a Jupyter kernel
+    the kernel's own threads already have heaps, and it is unreliable there (measured: one
+    kernel in four still faulted on every page). Calling it again does nothing and returns the
+    first result.
 
     The trade-off: memory a program frees stays in the process instead of returning to the OS
     (measured: after freeing 1.5 GiB of arrays the resident size stayed at 669 MiB instead of

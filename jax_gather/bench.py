@@ -6,8 +6,12 @@ and numpy. Each round times every contender (a median over a few calls, after wa
 ``block_until_ready``), the order alternating between rounds; the figure reported per shape is
 the median over rounds of the per-round ratio jax_gather / best peer, because absolute times on
 a shared machine drift several-fold between minutes while paired ratios do not. Also reported:
-achieved bandwidth against a memory copy of the same size timed in the same run, and the
-backward pass (gradient w.r.t. data) against jnp's.
+achieved bandwidth against a memory copy of the same size timed in the same run, the
+backward pass (gradient w.r.t. data) against jnp's, and the page faults per call.
+
+The command applies :func:`jax_gather.tune_cpu_allocator` first (``--no-tune-allocator`` does
+not); ``--compare-allocator`` measures every case a second time in a fresh child process with
+glibc's defaults and prints both side by side.
 """
 
 from __future__ import annotations
@@ -242,6 +246,20 @@ def _median_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.median(np.asarray(a) / np.asarray(b)))
 
 
+def _page_faults_per_call(call: Callable[[], Any], reps: int) -> float | None:
+    """Minor page faults of the whole process per call (fresh pages the kernel had to zero);
+    None where ``getrusage`` does not exist (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    call()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(reps):
+        call()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / reps
+
+
 def _memcpy_bandwidth(nbytes: int, reps: int) -> float:
     """Bytes per second of a same-size copy (read + write), measured now."""
     src = np.ones(max(nbytes // 4, 1), np.float32)
@@ -272,6 +290,7 @@ def run_case(case: Case, rounds: int, reps: int, backward: bool = True, seed: in
         "checked_over_fill": _median_ratio(times["jax_gather"], times["jax_gather[fill]"]),
         "bandwidth_GBps": moved / medians["jax_gather"] / 1e9,
         "memcpy_GBps": _memcpy_bandwidth(out_bytes, reps) / 1e9,
+        "page_faults_per_call": _page_faults_per_call(calls["jax_gather"], max(reps, 5)),
     }
     if backward:
         grads = _backward_contenders(case, data, indices)
@@ -289,22 +308,43 @@ def _output_shape(case: Case, data: np.ndarray, indices: np.ndarray) -> tuple[in
 
 # ---- reporting --------------------------------------------------------------------------------------
 
+def _faults(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(np.mean(np.log(values)))
+
+
 def _format_table(rows: list[dict[str, Any]]) -> str:
+    untuned = any("glibc_default" in r for r in rows)
     head = (f"{'case':40s} {'ours ms':>8s} {'best peer':>16s} {'ratio':>6s} {'promise':>7s} "
-            f"{'chk/fill':>8s} {'GB/s':>6s} {'memcpy':>6s} {'bwd/jnp':>7s}")
+            f"{'chk/fill':>8s} {'GB/s':>6s} {'memcpy':>6s} {'bwd/jnp':>7s} {'faults':>6s}")
+    if untuned:
+        head += f" | {'glibc ms':>8s} {'ratio':>6s} {'faults':>6s}"
     lines = [head, "-" * len(head)]
     for r in rows:
         peer = f"{r['best_peer']} {r['median_s'][r['best_peer']] * 1e3:.2f}"
         bwd = f"{r['backward_ratio_vs_jnp']:.2f}" if "backward_ratio_vs_jnp" in r else "-"
-        lines.append(
+        line = (
             f"{r['case']:40s} {r['median_s']['jax_gather'] * 1e3:8.2f} {peer:>16s} {r['ratio']:6.2f} "
             f"{r['ratio_promise']:7.2f} {r['checked_over_fill']:8.2f} {r['bandwidth_GBps']:6.1f} "
-            f"{r['memcpy_GBps']:6.1f} {bwd:>7s}"
+            f"{r['memcpy_GBps']:6.1f} {bwd:>7s} {_faults(r.get('page_faults_per_call')):>6s}"
         )
+        if untuned and "glibc_default" in r:
+            g = r["glibc_default"]
+            line += (f" | {g['median_s']['jax_gather'] * 1e3:8.2f} {g['ratio']:6.2f} "
+                     f"{_faults(g.get('page_faults_per_call')):>6s}")
+        lines.append(line)
     ratios = [r["ratio"] for r in rows]
     lines.append("-" * len(head))
-    lines.append(f"geometric mean of ratios (jax_gather / best peer): {math.exp(np.mean(np.log(ratios))):.2f}; "
+    lines.append(f"geometric mean of ratios (jax_gather / best peer): {_geomean(ratios):.2f}; "
                  f"worst {max(ratios):.2f}")
+    if untuned:
+        other = [r["glibc_default"]["ratio"] for r in rows if "glibc_default" in r]
+        lines.append(f"the same in a fresh process with glibc's default allocator: {_geomean(other):.2f}; "
+                     f"worst {max(other):.2f}")
+    lines.append("faults: minor page faults per call of jax_gather (fresh pages zeroed by the kernel)")
     return "\n".join(lines)
 
 
@@ -361,13 +401,18 @@ def main(args: Any) -> int:
     if args.tune_allocator:
         tuning = tune_cpu_allocator()
         said = ", ".join(f"{k}={v}" for k, v in tuning.settings) if tuning.applied else tuning.reason
-        print(f"allocator: tuned ({said}); --no-tune-allocator measures glibc's defaults")
+        print(f"allocator: tuned ({said}); --no-tune-allocator measures glibc's defaults, "
+              "--compare-allocator both")
     else:
         print("allocator: glibc defaults (tune_cpu_allocator not applied)")
+        if getattr(args, "compare_allocator", False):
+            print("--compare-allocator compares with the tuned allocator: drop --no-tune-allocator")
     machine = describe_machine()
     print(f"machine: {machine['processor']}, {machine['cpu_count']} cores; JAX {machine['jax']} "
           f"on {machine['backend']}")
     rows = run(quick=args.quick, rounds=args.rounds, only=args.only, backward=not args.no_backward)
+    if getattr(args, "compare_allocator", False) and args.tune_allocator:
+        _add_glibc_default_rows(rows, args)
     print(_format_table(rows))
     result = {"machine": machine, "allocator_tuned": args.tune_allocator, "rows": rows}
     if args.json:
@@ -376,6 +421,28 @@ def main(args: Any) -> int:
     if args.plot:
         plot(rows, args.plot)
     return 0
+
+
+def _add_glibc_default_rows(rows: list[dict[str, Any]], args: Any) -> None:
+    """Measures the same cases in a fresh child process with glibc's default allocator (the
+    tuning is process-wide and cannot be undone) and attaches its rows as ``glibc_default``."""
+    import os
+    import subprocess
+    import tempfile
+
+    _progress(0, 1, "the same cases, glibc's default allocator, in a child process")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "glibc_default.json")
+        argv = [sys.executable, "-m", "jax_gather", "bench", "--no-tune-allocator", "--json", out]
+        argv += ["--quick"] * bool(args.quick) + ["--no-backward"] * bool(args.no_backward)
+        argv += ["--rounds", str(args.rounds)] * bool(args.rounds) + ["--only", args.only] * bool(args.only)
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            theirs = {r["case"]: r for r in json.load(f)["rows"]}
+    for row in rows:
+        if row["case"] in theirs:
+            row["glibc_default"] = theirs[row["case"]]
+    _progress(1, 1, "done")
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
@@ -390,6 +457,9 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     y = np.arange(len(rows))
     ax.barh(y - 0.2, [r["ratio"] for r in rows], height=0.4, label="default mode")
     ax.barh(y + 0.2, [r["ratio_promise"] for r in rows], height=0.4, label="promise_in_bounds")
+    if all("glibc_default" in r for r in rows):
+        ax.scatter([r["glibc_default"]["ratio"] for r in rows], y - 0.2, color="k", marker="|", s=120,
+                   zorder=3, label="default mode, glibc's default allocator")
     ax.axvline(1.0, color="k", lw=1)
     ax.set_yticks(y, names)
     ax.invert_yaxis()

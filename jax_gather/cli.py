@@ -72,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-tune-allocator", dest="tune_allocator", action="store_false",
         help="measure with glibc's default allocator settings (see tune_cpu_allocator)",
     )
+    bench.add_argument(
+        "--compare-allocator", action="store_true",
+        help="also measure every case in a fresh process with glibc's default allocator",
+    )
     args = parser.parse_args(argv)
     if args.command == "bench":
         from jax_gather import bench as bench_module

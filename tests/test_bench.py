@@ -1,6 +1,7 @@
 """The benchmark compares equal work, runs end to end, and writes its files."""
 
 import json
+import mmap
 
 import numpy as np
 import pytest
@@ -36,6 +37,19 @@ def test_run_case_reports_paired_ratios():
     assert set(row["median_s"]) >= {"jax_gather", "jnp", "numpy", "onnxruntime"}
     assert row["backward_ratio_vs_jnp"] > 0
     assert 0 < row["bandwidth_GBps"] and 0 < row["memcpy_GBps"]
+    assert row["page_faults_per_call"] is None or row["page_faults_per_call"] >= 0
+
+
+def test_page_faults_are_counted():
+    if bench._page_faults_per_call(lambda: None, 1) is None:
+        pytest.skip("no getrusage on this platform")
+
+    def fresh_pages():  # 16 MiB of new anonymous memory, one byte written per 4 KiB page
+        region = mmap.mmap(-1, 16 << 20)
+        np.frombuffer(region, np.uint8)[::4096] = 1
+
+    assert bench._page_faults_per_call(fresh_pages, 3) >= 1000
+    assert bench._page_faults_per_call(lambda: None, 3) < 1000
 
 
 def test_bench_command_writes_json_and_plot(tmp_path, capsys):
@@ -48,3 +62,21 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     result = json.loads(out_json.read_text())
     assert [r["case"] for r in result["rows"]] == ["gather axis 1"]
     assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_allocator_measures_glibc_defaults_in_a_child(tmp_path, capsys, monkeypatch):
+    from jax_gather import allocator
+
+    # The real tuning is process-wide; the pytest process keeps glibc's defaults.
+    monkeypatch.setattr(allocator, "tune_cpu_allocator",
+                        lambda: allocator.AllocatorTuning(True, (("M_ARENA_MAX", 1),)))
+    out_json = tmp_path / "r.json"
+    argv = ["bench", "--quick", "--only", "gather axis 1", "--rounds", "1", "--no-backward",
+            "--compare-allocator", "--json", str(out_json)]
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "allocator: tuned (M_ARENA_MAX=1)" in text
+    assert "with glibc's default allocator:" in text and "glibc ms" in text
+    (row,) = json.loads(out_json.read_text())["rows"]
+    assert row["case"] == "gather axis 1"
+    assert row["glibc_default"]["case"] == "gather axis 1" and row["glibc_default"]["ratio"] > 0

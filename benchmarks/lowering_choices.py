@@ -1,0 +1,286 @@
+"""Each lowering choice of jax_gather, timed against the alternative it was chosen over.
+
+    python benchmarks/lowering_choices.py [--rounds N] [--scale D] [--json FILE] [--no-tune-allocator]
+
+For every (choice, shape) it prints the paired ratio alternative / chosen, the median over
+rounds of per-round ratios (the machine is shared: absolute times drift, paired ratios do not).
+Above 1 the choice is faster. ``--scale D`` divides every dimension by D (the tests use it to
+check that each pair of variants computes the same thing). Like ``python -m jax_gather bench``
+it applies ``tune_cpu_allocator`` first, so that both programs are timed without fresh-page
+faults. docs/performance.md quotes a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import jax_gather
+from jax_gather import bench, plans
+from jax_gather._x64 import x64_enabled
+
+_PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
+Fn = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A lowering decision on one shape: the chosen program and the rejected one."""
+
+    name: str
+    shape: str
+    make: Callable[[int], tuple[np.ndarray, np.ndarray]]  # scale divisor -> (data, indices)
+    chosen: Fn
+    alternative: Fn
+    x64: bool = False  # build and run both under jax_enable_x64
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+def _data(*shape: int) -> np.ndarray:
+    return _rng().standard_normal(shape, dtype=np.float32)
+
+
+def _ints(high: int, *shape: int) -> np.ndarray:
+    return _rng().integers(0, high, shape).astype(np.int32)
+
+
+def _s(n: int, scale: int) -> int:
+    return max(2, n // scale)
+
+
+# ---- GatherElements / GatherND batch dims: operand_batching_dims or iota index components -------
+
+def _elements_batching(axis: int) -> Fn:
+    def f(d, i):
+        plan = plans.gather_elements_plan(d.shape, i.shape, axis)
+        return lax.gather(d, i[..., None], plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
+    return f
+
+
+def _elements_iota(axis: int) -> Fn:
+    """The lowering before operand_batching_dims existed (JAX's take_along_axis used it): every
+    non-axis coordinate becomes an index component read from an iota."""
+    def f(d, i):
+        r = d.ndim
+        parts = [i if k == axis else lax.broadcasted_iota(i.dtype, i.shape, k) for k in range(r)]
+        dn = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=tuple(range(r)),
+                                        start_index_map=tuple(range(r)))
+        return lax.gather(d, jnp.stack(parts, -1), dn, (1,) * r, mode=_PROMISE)
+    return f
+
+
+def _nd_batching(d, i):
+    plan = plans.gather_nd_plan(d.shape, i.shape, 1)
+    return lax.gather(d, i, plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
+
+
+def _nd_iota(d, i):
+    """batch_dims=1 as one more index component (the batch position) instead of a batching dim."""
+    q, k = i.ndim, i.shape[-1]
+    batch = lax.broadcasted_iota(i.dtype, i.shape[:-1] + (1,), 0)
+    full = jnp.concatenate([batch, i], axis=-1)
+    indexed = tuple(range(k + 1))
+    dn = lax.GatherDimensionNumbers(offset_dims=tuple(range(q - 1, q - 1 + d.ndim - k - 1)),
+                                    collapsed_slice_dims=indexed, start_index_map=indexed)
+    return lax.gather(d, full, dn, (1,) * (k + 1) + d.shape[k + 1:], mode=_PROMISE)
+
+
+# ---- bounds: clamp ourselves then promise, or the gather's own modes -----------------------------
+
+def _ours(op: Callable[..., jax.Array], attribute: int, mode: str) -> Fn:
+    return lambda d, i: op(d, i, attribute, mode=mode, **({"fill_value": 0.0} if mode == "fill" else {}))
+
+
+def _lax_gather_mode(mode: lax.GatherScatterMode) -> Fn:
+    def f(d, i):
+        plan = plans.gather_plan(d.shape, i.shape, 0)
+        return lax.gather(d, i[..., None], plan.dimension_numbers, plan.slice_sizes, mode=mode,
+                          fill_value=0.0 if mode == lax.GatherScatterMode.FILL_OR_DROP else None)
+    return f
+
+
+# ---- the working index dtype -----------------------------------------------------------------------
+
+def _plain(plan_fn: Callable[..., plans.GatherPlan], attribute: int, dtype: Any) -> Fn:
+    def f(d, i):
+        plan = plan_fn(d.shape, i.shape, attribute)
+        idx = i.astype(dtype)[..., None] if plan.append_index_vector_dim else i.astype(dtype)
+        return lax.gather(d, idx, plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
+    return f
+
+
+# ---- GatherND rows: an index tuple, or one linearised index into the flattened indexed dims ------
+
+def _nd_rows_linear(d, i):
+    k = i.shape[-1]
+    flat = d.reshape((-1,) + d.shape[k:])
+    strides = np.cumprod((1,) + d.shape[1:k][::-1])[::-1].astype(np.int32)
+    return jnp.take(flat, i @ strides, axis=0, mode="clip")
+
+
+# ---- the backward pass of Gather off the leading axis --------------------------------------------
+
+def _grad(f: Fn) -> Fn:
+    return jax.grad(lambda d, i: f(d, i).sum())
+
+
+def _gather_axis1_plain(d, i):
+    plan = plans.gather_plan(d.shape, i.shape, 1)
+    return lax.gather(d, i[..., None], plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
+
+
+def choices() -> list[Choice]:
+    ge = lambda sc: (_data(_s(2048, sc), _s(2048, sc)), _ints(_s(2048, sc), _s(2048, sc), _s(2048, sc)))
+    nd_bd1_rows = lambda sc: (_data(_s(64, sc), _s(1024, sc), _s(64, sc)),
+                              _ints(_s(1024, sc), _s(64, sc), _s(2048, sc), 1))
+    nd_bd1_scalars = lambda sc: (_data(_s(64, sc), _s(256, sc), _s(256, sc)),
+                                 _ints(_s(256, sc), _s(64, sc), _s(16384, sc), 2))
+    embedding = lambda sc: (_data(_s(50000, sc), _s(512, sc)), _ints(_s(50000, sc), _s(8192, sc)))
+    nd_rows = lambda sc: (_data(_s(256, sc), _s(256, sc), _s(64, sc)), _ints(_s(256, sc), _s(100000, sc), 2))
+    nd_scalars = lambda sc: (_data(_s(1024, sc), _s(1024, sc)), _ints(_s(1024, sc), _s(1000000, sc), 2))
+    axis1 = lambda sc: (_data(_s(512, sc), _s(4096, sc)), _ints(_s(4096, sc), _s(2048, sc)))
+    g, nd = jax_gather.gather, jax_gather.gather_nd
+    return [
+        Choice("batch dims as operand_batching_dims (vs iota index components)",
+               "gather_elements axis 0, 2048x2048", ge, _elements_batching(0), _elements_iota(0)),
+        Choice("batch dims as operand_batching_dims (vs iota index components)",
+               "gather_elements axis 1, 2048x2048", ge, _elements_batching(1), _elements_iota(1)),
+        Choice("batch dims as operand_batching_dims (vs iota index components)",
+               "gather_nd batch_dims=1 rows", nd_bd1_rows, _nd_batching, _nd_iota),
+        Choice("batch dims as operand_batching_dims (vs iota index components)",
+               "gather_nd batch_dims=1 scalars", nd_bd1_scalars, _nd_batching, _nd_iota),
+        Choice("clip: clamp, then a promised gather (vs the gather's CLIP mode)",
+               "gather axis 0 (embedding)", embedding, _ours(g, 0, "clip"),
+               _lax_gather_mode(lax.GatherScatterMode.CLIP)),
+        Choice("fill: clamp, gather, select (vs the gather's FILL_OR_DROP mode)",
+               "gather axis 0 (embedding)", embedding, _ours(g, 0, "fill"),
+               _lax_gather_mode(lax.GatherScatterMode.FILL_OR_DROP)),
+        Choice("int32 working indices where the axes allow (vs int64)",
+               "gather_elements axis 0, 2048x2048", ge, _plain(plans.gather_elements_plan, 0, jnp.int32),
+               _plain(plans.gather_elements_plan, 0, jnp.int64), x64=True),
+        Choice("int32 working indices where the axes allow (vs int64)",
+               "gather_nd scalars", nd_scalars, _plain(plans.gather_nd_plan, 0, jnp.int32),
+               _plain(plans.gather_nd_plan, 0, jnp.int64), x64=True),
+        Choice("GatherND rows: an index tuple (vs one linearised index, rejected)",
+               "gather_nd rows", nd_rows, _ours(nd, 0, "clip"), _nd_rows_linear),
+        Choice("Gather axis 1 backward: rows of the moved axis (vs a strided scatter)",
+               "grad of gather axis 1", axis1, _grad(_ours(g, 1, "promise_in_bounds")),
+               _grad(_gather_axis1_plain)),
+    ]
+
+
+# ---- sharding locality of the batch-dims choice --------------------------------------------------
+
+_COLLECTIVES = ("all-gather", "all-reduce", "all-to-all", "collective-permute")
+
+
+def _collectives_in(fn: Callable[..., Any], *args: Any) -> list[str]:
+    hlo = jax.jit(fn).lower(*args).compile().as_text()
+    return [c for c in _COLLECTIVES if c in hlo]
+
+
+def collectives() -> list[dict[str, Any]]:
+    """Collectives XLA's partitioner adds, forward and backward, when the batch dim is sharded
+    over every device: the reason for operand_batching_dims (run with several devices)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    n = len(jax.devices())
+    put = lambda x, *spec: jax.device_put(jnp.asarray(x), NamedSharding(mesh, P(*spec)))
+    grad = lambda f: jax.grad(lambda d, i: f(d, i).sum())
+    cases = [
+        ("gather_elements axis 1, rows sharded", _elements_batching(1), _elements_iota(1),
+         put(_data(8 * n, 128), "x", None), put(_ints(128, 8 * n, 128), "x", None)),
+        ("gather_elements axis 0, columns sharded", _elements_batching(0), _elements_iota(0),
+         put(_data(128, 8 * n), None, "x"), put(_ints(128, 128, 8 * n), None, "x")),
+        ("gather_nd batch_dims=1 rows, batch sharded", _nd_batching, _nd_iota,
+         put(_data(n, 100, 16), "x"), put(_ints(100, n, 5, 1), "x")),
+        ("gather_nd batch_dims=1 scalars, batch sharded", _nd_batching, _nd_iota,
+         put(_data(n, 32, 32), "x"), put(_ints(32, n, 5, 2), "x")),
+    ]
+    return [{
+        "shape": name, "devices": n,
+        "chosen": _collectives_in(chosen, d, i), "alternative": _collectives_in(alt, d, i),
+        "chosen_backward": _collectives_in(grad(chosen), d, i),
+        "alternative_backward": _collectives_in(grad(alt), d, i),
+    } for name, chosen, alt, d, i in cases]
+
+
+def _with_x64(choice: Choice, fn: Callable[[], Any]) -> Any:
+    if not choice.x64:
+        return fn()
+    with x64_enabled():
+        return fn()
+
+
+def run_choice(choice: Choice, rounds: int, reps: int, scale: int = 1) -> dict[str, Any]:
+    """Times both programs of ``choice``; returns the row, outputs checked equal first."""
+    data, indices = choice.make(scale)
+
+    def body():
+        d, i = jnp.asarray(data), jnp.asarray(indices)
+        chosen, alternative = jax.jit(choice.chosen), jax.jit(choice.alternative)
+        np.testing.assert_allclose(np.asarray(chosen(d, i)), np.asarray(alternative(d, i)), rtol=1e-6)
+        times = bench._paired_rounds({
+            "chosen": lambda: chosen(d, i).block_until_ready(),
+            "alternative": lambda: alternative(d, i).block_until_ready(),
+        }, rounds, reps)
+        return times
+
+    times = _with_x64(choice, body)
+    return {
+        "choice": choice.name,
+        "shape": choice.shape,
+        "chosen_ms": float(np.median(times["chosen"])) * 1e3,
+        "alternative_ms": float(np.median(times["alternative"])) * 1e3,
+        "alternative_over_chosen": bench._median_ratio(times["alternative"], times["chosen"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--scale", type=int, default=1, help="divide every dimension by this")
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--no-tune-allocator", dest="tune_allocator", action="store_false",
+                        help="keep glibc's defaults (fresh-page faults then weigh on both programs)")
+    parser.add_argument("--collectives", action="store_true",
+                        help="instead of timing, list the collectives of the batch-dims choice under "
+                        "SPMD (run with XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    args = parser.parse_args(argv)
+    if args.collectives:
+        print(f"{'shape':48s} {'chosen':>12s} {'alternative':>12s} {'chosen bwd':>12s} {'alt bwd':>12s}")
+        for row in collectives():
+            show = lambda c: ", ".join(c) or "none"
+            print(f"{row['shape']:48s} {show(row['chosen']):>12s} {show(row['alternative']):>12s} "
+                  f"{show(row['chosen_backward']):>12s} {show(row['alternative_backward']):>12s}")
+        return 0
+    if args.tune_allocator:
+        jax_gather.tune_cpu_allocator()
+    rows = []
+    print(f"{'choice':72s} {'shape':36s} {'chosen ms':>9s} {'alt ms':>8s} {'alt/chosen':>10s}")
+    for choice in choices():
+        row = run_choice(choice, args.rounds, args.reps, args.scale)
+        rows.append(row)
+        print(f"{row['choice']:72s} {row['shape']:36s} {row['chosen_ms']:9.2f} "
+              f"{row['alternative_ms']:8.2f} {row['alternative_over_chosen']:10.2f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": bench.describe_machine(), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
