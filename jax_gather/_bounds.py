@@ -143,6 +143,12 @@ def _first_false(ok: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
     return tuple(pos), at
 
 
+def _pick(values: jax.Array, k: jax.Array) -> jax.Array:
+    """``values[k]`` by a masked sum, not a dynamic index: under ``vmap`` that index would become
+    a gather of its own, which JAX's index checks flag when ``k`` is the no-failure sentinel."""
+    return jnp.sum(jnp.where(jnp.arange(values.shape[0]) == k, values, 0), dtype=values.dtype)
+
+
 def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.Array:
     """``indices``, carrying a checkify check that reports the first out-of-bounds index in
     the eager error's words."""
@@ -152,9 +158,11 @@ def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.
     lowest = jnp.asarray(jnp.iinfo(indices.dtype).min, indices.dtype)
     value = jnp.max(jnp.where(at, indices, lowest))
     component = 0 if plan.append_index_vector_dim else pos[-1]
-    axis = jnp.asarray(plan.index_axes)[component]
     sizes = jnp.asarray(_sizes(plan, _index_dtype(plan)))
-    size = sizes if plan.append_index_vector_dim else sizes[component]
+    if plan.append_index_vector_dim:
+        axis, size = plan.index_axes[0], sizes
+    else:
+        axis, size = _pick(jnp.asarray(plan.index_axes), component), _pick(sizes, component)
     slots = lambda n: "indices" if not n else "indices[" + ", ".join(["{}"] * n) + "]"
     message = (
         f"{plan.op_name}: {slots(ok.ndim)} = {{}} is out of bounds for axis {{}} of size {{}} "

@@ -107,7 +107,10 @@ def _run(
     indices, concrete = _as_indices(op_name, indices)
     plan = plan_fn(data.shape, indices.shape, attribute)
     dtype = jax.dtypes.canonicalize_dtype(data.dtype)
-    fill = _bounds.fill_scalar(op_name, fill_value, dtype) if mode in ("fill", "checked") else None
+    # Checked in every mode, so a bad fill_value is refused even where the mode ignores it.
+    fill = _bounds.fill_scalar(op_name, fill_value, dtype)
+    if mode not in ("fill", "checked"):
+        fill = None
     if mode == "checked" and concrete is not None:
         _bounds.raise_if_out_of_bounds(plan, np.asarray(concrete))
         mode, fill = "promise_in_bounds", None  # proven in bounds: the plain gather suffices

@@ -1,5 +1,7 @@
 """Out-of-bounds policy: the four modes, the checked mode eager and traced, fill values."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -132,6 +134,38 @@ def test_checked_under_vmap(in_axes):
     good = idx % 4 if in_axes[1] == 0 else idx[0]
     out = jax_gather.checked(jax.jit(f))(d, good)
     assert out.shape == (3, 3, 2)
+
+
+VMAP_OOB = {
+    # op, attribute, per-example data (2, 3, 4), 3 examples of indices: in bounds, then one bad, message
+    "gather_nd": (jax_gather.gather_nd, 0, np.array([[[0, 0, 0]], [[1, 2, 3]], [[1, -1, 0]]]),
+                  np.array([[[0, 0, 0]], [[1, 2, 3]], [[1, 3, 0]]]),
+                  r"GatherND: indices\[0, 1\] = 3 is out of bounds for axis 1 of size 3 .*component 1 "),
+    "gather_nd batch_dims=1": (jax_gather.gather_nd, 1, np.array([[[0], [2]], [[1], [-3]], [[2], [0]]]),
+                               np.array([[[0], [2]], [[1], [-3]], [[2], [-4]]]),
+                               r"GatherND: indices\[1, 0\] = -4 is out of bounds for axis 1 of size 3"),
+    "gather_elements": (jax_gather.gather_elements, 2, np.zeros((3, 2, 3, 1), int) + [[[[3]]], [[[-4]]], [[[1]]]],
+                        np.zeros((3, 2, 3, 1), int) + [[[[3]]], [[[-4]]], [[[4]]]],
+                        r"GatherElements: indices\[0, 0, 0\] = 4 is out of bounds for axis 2 of size 4"),
+}
+
+
+@pytest.mark.parametrize("name", VMAP_OOB)
+@pytest.mark.parametrize("batched_data", [False, True])
+def test_checked_under_vmap_with_batched_index_tuples(name, batched_data):
+    # The offending component and its axis are picked without a dynamic index: under vmap one
+    # would become a gather that JAX's own checks flag on in-bounds input.
+    op, attr, good, bad, message = VMAP_OOB[name]
+    data = np.stack([DATA] * 3) if batched_data else DATA
+    f = jax_gather.checked(jax.jit(jax.vmap(lambda d, i: op(d, i, attr), in_axes=(0 if batched_data else None, 0))))
+    out = f(data, good)
+    for k in range(3):
+        np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(op(DATA, good[k], attr)))
+    with pytest.raises(IndexError, match=message):
+        f(data, bad)
+    text = jax.jit(jax.vmap(lambda d, i: op(d, i, attr), in_axes=(0 if batched_data else None, 0))).lower(
+        data, good).as_text()
+    assert len(re.findall(r'"stablehlo.gather"|stablehlo.gather\(', text)) == 1, text
 
 
 def test_checked_under_grad():
