@@ -22,6 +22,8 @@ from jax.experimental import checkify
 from jax.interpreters import ad, batching, mlir
 
 try:
+    import inspect
+
     from jax.extend.core import Primitive
     from jax._src import checkify as _checkify_internals
 
@@ -29,7 +31,9 @@ try:
     _assert_func = _checkify_internals.assert_func
     _FailedCheckError = _checkify_internals.FailedCheckError
     _get_traceback = _checkify_internals.get_traceback
-except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX release
+    # JAX 0.11 threads a CheckifyContext through every error rule and into assert_func.
+    _TAKES_CONTEXT = next(iter(inspect.signature(_assert_func).parameters)) == "ctx"
+except (ImportError, AttributeError, TypeError, ValueError):  # pragma: no cover - depends on the JAX release
     _ERROR_RULES = None
 
 
@@ -71,10 +75,12 @@ if _ERROR_RULES is not None:
         at = at.reshape(at.shape + (1,) * (values.ndim - 1))
         return jnp.max(jnp.where(at, values, jnp.iinfo(values.dtype).min), axis=0)
 
-    def _error_rule(error: Any, enabled_errors: Any, indices: Any, ok: Any, *fmt: Any, message: str) -> Any:
+    def _error_rule(*args: Any, message: str) -> Any:
+        context = args[:1] if _TAKES_CONTEXT else ()
+        error, enabled_errors, indices, ok, *fmt = args[len(context):]
         if _FailedCheckError in enabled_errors:
             failure = _FailedCheckError(_get_traceback(), message, *fmt)
-            error = _assert_func(error, jnp.logical_not(ok), failure)
+            error = _assert_func(*context, error, jnp.logical_not(ok), failure)
         return error, indices
 
     _check_p.def_impl(lambda indices, *_, message: indices)
