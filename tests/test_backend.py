@@ -447,3 +447,11 @@ def test_to_jax_with_strings_runs_eagerly_only():
     assert out.dtype == object and out.tolist() == ["two", "zero"]
     with pytest.raises(TypeError, match="JAX has no string dtype"):
         jax.jit(fn)(np.array([2, -3]))
+    # A string graph input cannot even be passed to jax.jit: JAX refuses the argument itself.
+    inputs = GraphBuilder()
+    text = inputs.tensor(np.array(["a", "b"], object), "input")
+    at = inputs.tensor(np.array([0], np.int64), "input")
+    by_input = backend.to_jax(inputs.model([inputs.node("Gather", [text, at])], 13))
+    assert by_input(np.array(["a", "b"], object), np.array([1]))[0].tolist() == ["b"]
+    with pytest.raises(TypeError):
+        jax.jit(by_input)(np.array(["a", "b"], object), np.array([1]))

@@ -157,3 +157,11 @@ def test_traced_indices_with_string_data_raise_type_error(transform):
     with pytest.raises(TypeError, match=re.escape(fill)):
         transform(lambda f: jax_gather.gather(data, [[0]], mode="fill", fill_value=f))(np.zeros(1))
 
+
+
+def test_a_string_array_as_a_jit_argument_is_refused_by_jax_with_a_type_error():
+    # As the README says: JAX refuses the argument before the op runs; closing over it works.
+    data = np.array([["a", "b"], ["c", "d"]])
+    with pytest.raises(TypeError):
+        jax.jit(lambda d, i: jax_gather.gather(d, i))(data, np.array([1]))
+    assert jax_gather.gather(data, np.array([1])).tolist() == [["c", "d"]]
