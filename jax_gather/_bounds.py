@@ -260,3 +260,22 @@ def _fits(value: np.ndarray, dtype: np.dtype) -> bool:
             cast = float(np.asarray(v).astype(dtype))
         return np.isfinite(cast) or not np.isfinite(v)
     return True
+
+
+@jax.custom_jvp
+def select_exact(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
+    """``jnp.where(mask, on_true, on_false)`` that keeps every bit of the values it selects.
+
+    XLA:CPU computes a bfloat16 select in float32, which rewrites NaN payloads; selecting the
+    bit patterns instead keeps them (a same-width bitcast is free)."""
+    if on_true.dtype != jnp.bfloat16:
+        return jnp.where(mask, on_true, on_false)
+    bits = lambda x: lax.bitcast_convert_type(x, jnp.uint16)
+    return lax.bitcast_convert_type(jnp.where(mask, bits(on_true), bits(on_false)), jnp.bfloat16)
+
+
+@select_exact.defjvp
+def _select_exact_jvp(primals, tangents):
+    mask, on_true, on_false = primals
+    _, true_dot, false_dot = tangents
+    return select_exact(mask, on_true, on_false), jnp.where(mask, true_dot, false_dot)

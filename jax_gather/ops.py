@@ -85,7 +85,8 @@ def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan:
         batch_positions = tuple(
             d for d in range(len(plan.output_shape)) if d not in plan.dimension_numbers.offset_dims
         )
-        out = jnp.where(lax.broadcast_in_dim(ok, plan.output_shape, batch_positions), out, fill)
+        mask = lax.broadcast_in_dim(ok, plan.output_shape, batch_positions)
+        out = _bounds.select_exact(mask, out, fill)
     chex.assert_shape(out, plan.output_shape)
     return out
 
