@@ -129,12 +129,12 @@ def _nd_rows_linear(d, i):
     return jnp.take(flat, i @ strides, axis=0, mode="clip")
 
 
-# ---- short rows: gathered as bytes on CPU, or by the direct gather -------------------------------
+# ---- short rows: gathered in narrower units on CPU, or by the direct gather ----------------------
 
-def _bf16(make: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
+def _as(dtype: Any, make: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
     def f(sc):
         d, i = make(sc)
-        return d.astype(jnp.bfloat16), i
+        return (d * 40).astype(dtype), i
     return f
 
 
@@ -161,7 +161,7 @@ def choices() -> list[Choice]:
     axis1 = lambda sc: (_data(_s(512, sc), _s(4096, sc)), _ints(_s(4096, sc), _s(2048, sc)))
     narrow_embedding = lambda sc: (_data(_s(50000, sc), _s(32, sc)), _ints(_s(50000, sc), _s(65536, sc)))
     g, nd = jax_gather.gather, jax_gather.gather_nd
-    bytes_rows = "rows of 16-64 elements taken as bytes on CPU (vs the direct gather)"
+    short_rows = "rows of 16-64 elements in narrower units on CPU (vs the direct gather)"
     return [
         Choice("batch dims as operand_batching_dims (vs iota index components)",
                "gather_elements axis 0, 2048x2048", ge, _elements_batching(0), _elements_iota(0)),
@@ -185,13 +185,15 @@ def choices() -> list[Choice]:
                _plain(plans.gather_nd_plan, 0, jnp.int64), x64=True),
         Choice("GatherND rows: an index tuple (vs one linearised index, rejected)",
                "gather_nd rows", nd_rows, _ours(nd, 0, "clip"), _nd_rows_linear),
-        Choice(bytes_rows, "gather_nd rows", nd_rows, _ours(nd, 0, "promise_in_bounds"),
+        Choice(short_rows, "gather_nd rows", nd_rows, _ours(nd, 0, "promise_in_bounds"),
                _plain(plans.gather_nd_plan, 0, jnp.int32)),
-        Choice(bytes_rows, "gather_nd rows bfloat16", _bf16(nd_rows), _ours(nd, 0, "promise_in_bounds"),
+        Choice(short_rows, "gather_nd rows bfloat16", _as(jnp.bfloat16, nd_rows), _ours(nd, 0, "promise_in_bounds"),
                _plain(plans.gather_nd_plan, 0, jnp.int32)),
-        Choice(bytes_rows, "gather_nd batch_dims=1 rows", nd_bd1_rows, _ours(nd, 1, "promise_in_bounds"),
+        Choice(short_rows, "gather_nd rows int8", _as(np.int8, nd_rows), _ours(nd, 0, "promise_in_bounds"),
+               _plain(plans.gather_nd_plan, 0, jnp.int32)),
+        Choice(short_rows, "gather_nd batch_dims=1 rows", nd_bd1_rows, _ours(nd, 1, "promise_in_bounds"),
                _plain(plans.gather_nd_plan, 1, jnp.int32)),
-        Choice(bytes_rows, "gather axis 0, 50000x32 table, 65536 ids", narrow_embedding,
+        Choice(short_rows, "gather axis 0, 50000x32 table, 65536 ids", narrow_embedding,
                _ours(g, 0, "promise_in_bounds"), _plain(plans.gather_plan, 0, jnp.int32)),
         Choice("Gather axis 1 backward: rows of the moved axis (vs a strided scatter)",
                "grad of gather axis 1", axis1, _grad(_ours(g, 1, "promise_in_bounds")),

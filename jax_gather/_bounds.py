@@ -262,20 +262,24 @@ def _fits(value: np.ndarray, dtype: np.dtype) -> bool:
     return True
 
 
-@jax.custom_jvp
 def select_exact(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
     """``jnp.where(mask, on_true, on_false)`` that keeps every bit of the values it selects.
 
-    XLA:CPU computes a bfloat16 select in float32, which rewrites NaN payloads; selecting the
-    bit patterns instead keeps them (a same-width bitcast is free)."""
+    XLA:CPU computes a bfloat16 select in float32, which rewrites NaN payloads; for bfloat16
+    the bit patterns are selected instead (a same-width bitcast is free)."""
     if on_true.dtype != jnp.bfloat16:
         return jnp.where(mask, on_true, on_false)
+    return _select_bits(mask, on_true, on_false)
+
+
+@jax.custom_jvp
+def _select_bits(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
     bits = lambda x: lax.bitcast_convert_type(x, jnp.uint16)
-    return lax.bitcast_convert_type(jnp.where(mask, bits(on_true), bits(on_false)), jnp.bfloat16)
+    return lax.bitcast_convert_type(jnp.where(mask, bits(on_true), bits(on_false)), on_true.dtype)
 
 
-@select_exact.defjvp
-def _select_exact_jvp(primals, tangents):
+@_select_bits.defjvp
+def _select_bits_jvp(primals, tangents):
     mask, on_true, on_false = primals
     _, true_dot, false_dot = tangents
-    return select_exact(mask, on_true, on_false), jnp.where(mask, true_dot, false_dot)
+    return _select_bits(mask, on_true, on_false), jnp.where(mask, true_dot, false_dot)

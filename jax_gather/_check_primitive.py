@@ -79,7 +79,8 @@ if _ERROR_RULES is not None:
         context = args[:1] if _TAKES_CONTEXT else ()
         error, enabled_errors, indices, ok, *fmt = args[len(context):]
         if _FailedCheckError in enabled_errors:
-            failure = _FailedCheckError(_get_traceback(), message, *fmt)
+            # Older checkify (jax 0.4.35) needs arrays in the payload, not Python scalars.
+            failure = _FailedCheckError(_get_traceback(), message, *map(jnp.asarray, fmt))
             error = _assert_func(*context, error, jnp.logical_not(ok), failure)
         return error, indices
 

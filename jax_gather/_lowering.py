@@ -7,17 +7,20 @@ gather taken as rows of a view with the axis moved first; the transpose of that 
 scatter between two transposes. The primal stays the direct gather.
 
 On CPU, a gather whose slices end in a short contiguous row (16 to 64 elements of data's last
-dim) is compiled by XLA into a copy loop that LLVM unrolls fully into scalar moves, 2.4-3.6x
+dim) is compiled by XLA into a copy loop that LLVM unrolls fully into scalar moves, up to 5x
 slower per byte than the vector copy it emits for longer rows (docs/performance.md). Taking
-the same rows as bytes (a bitcast of data to uint8, the same dimension numbers with the last
-slice size times the item size, and a bitcast back) gives XLA a loop that LLVM keeps and
-vectorises. It is bit-exact, selected for the CPU platform only (``lax.platform_dependent``:
-other platforms lower the direct gather), and differentiated as the direct gather.
+the same rows in narrower units (a bitcast of data to uint8, or to uint4 for one-byte types,
+the same dimension numbers with the last slice size scaled, and a bitcast back) gives XLA a
+loop that LLVM keeps and vectorises. It is bit-exact, selected for the CPU platform only
+(``lax.platform_dependent``: other platforms lower the direct gather), and differentiated as
+the direct gather.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -28,17 +31,27 @@ from jax_gather.plans import GatherPlan, gather_plan
 
 _PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
-# Row lengths (elements) where the byte view was measured faster on CPU; below 16 it is a wash
-# or slower, above 64 XLA's own loop is already vectorised.
-BYTE_ROWS = range(16, 65)
+# Row lengths (elements) where the narrow view was measured faster on CPU; below 16 it is a
+# wash or slower, from about 80 on XLA's own loop is already vectorised.
+SHORT_ROWS = range(16, 65)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+# Older JAX lowers every branch of lax.platform_dependent into the program (a conditional on
+# the platform), which would put two gathers where the design promises one; there the direct
+# gather is used on every platform.
+NARROW_VIEW = _release(jax.__version__) >= (0, 7, 0)
 
 
 def gather(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     """``lax.gather`` of ``plan`` on in-bounds index vectors ``idx``."""
     if plan.op_name == "Gather" and plan.index_axes[0] != 0:
         return _gather_off_leading_axis(data, idx, plan)
-    if rows_as_bytes_pays(data.shape, data.dtype, plan):
-        return _gather_rows_as_bytes(data, idx, plan)
+    if row_view_dtype(data.shape, data.dtype, plan) is not None:
+        return _gather_short_rows(data, idx, plan)
     return _direct(data, idx, plan)
 
 
@@ -46,55 +59,63 @@ def _direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
 
 
-def rows_as_bytes_pays(shape: tuple, dtype: np.dtype, plan: GatherPlan) -> bool:
-    """Whether the CPU lowering gathers ``plan``'s rows as bytes: data's last dim is taken whole
-    by every slice, ends the output, has a length in ``BYTE_ROWS``, and its elements are 2, 4 or
-    8 bytes of a non-complex type (a byte is already a byte; complex has no bitcast)."""
+def row_view_dtype(shape: tuple, dtype: Any, plan: GatherPlan) -> Any:
+    """The unit the CPU lowering gathers ``plan``'s rows in (uint8, or uint4 for one-byte
+    types), or ``None`` for the direct gather. A view is used when data's last dim is taken
+    whole by every slice, ends the output, has a length in ``SHORT_ROWS``, and holds integers
+    or reals (bool and complex have no bitcast); never with symbolic dims, nor on a JAX older
+    than 0.7.0 (see ``NARROW_VIEW``)."""
+    if not NARROW_VIEW:
+        return None
     dtype = np.dtype(dtype)
     real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)  # bfloat16 is kind "V"
-    if len(shape) < 2 or not real or dtype.itemsize not in (2, 4, 8):
-        return False
+    if len(shape) < 2 or not real or dtype.itemsize not in (1, 2, 4, 8):
+        return None
     if not all(isinstance(d, int) for d in (*shape, *plan.output_shape)):
-        return False  # symbolic dims (jax.export): StableHLO cannot refine a shape-changing bitcast
+        return None  # symbolic dims (jax.export): StableHLO cannot refine a shape-changing bitcast
     last, dn = len(shape) - 1, plan.dimension_numbers
     width = shape[-1]
-    return (
-        width in BYTE_ROWS
+    takes_rows = (
+        width in SHORT_ROWS
         and plan.slice_sizes[-1] == width
         and bool(dn.offset_dims)
         and dn.offset_dims[-1] == len(plan.output_shape) - 1
         and last not in dn.collapsed_slice_dims + dn.operand_batching_dims
     )
+    if not takes_rows:
+        return None
+    return jnp.uint4 if dtype.itemsize == 1 else jnp.uint8
 
 
-def _as_bytes(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    item = data.dtype.itemsize
-    rows = lax.bitcast_convert_type(data, jnp.uint8).reshape(*data.shape[:-1], -1)
-    slice_sizes = (*plan.slice_sizes[:-1], plan.slice_sizes[-1] * item)
+def _as_units(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    unit = row_view_dtype(data.shape, data.dtype, plan)
+    per_item = data.dtype.itemsize * 8 // jnp.iinfo(unit).bits
+    rows = lax.bitcast_convert_type(data, unit).reshape(*data.shape[:-1], -1)
+    slice_sizes = (*plan.slice_sizes[:-1], plan.slice_sizes[-1] * per_item)
     out = lax.gather(rows, idx, plan.dimension_numbers, slice_sizes, mode=_PROMISE)
-    return lax.bitcast_convert_type(out.reshape(*out.shape[:-1], -1, item), data.dtype)
+    return lax.bitcast_convert_type(out.reshape(*out.shape[:-1], -1, per_item), data.dtype)
 
 
 def _fastest(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    if not rows_as_bytes_pays(data.shape, data.dtype, plan):
+    if row_view_dtype(data.shape, data.dtype, plan) is None:
         return _direct(data, idx, plan)
     return lax.platform_dependent(
         data, idx,
-        cpu=functools.partial(_as_bytes, plan=plan),
+        cpu=functools.partial(_as_units, plan=plan),
         default=functools.partial(_direct, plan=plan),
     )
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _gather_rows_as_bytes(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+def _gather_short_rows(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     return _fastest(data, idx, plan)
 
 
-@_gather_rows_as_bytes.defjvp
-def _gather_rows_as_bytes_jvp(plan, primals, tangents):
+@_gather_short_rows.defjvp
+def _gather_short_rows_jvp(plan, primals, tangents):
     data, idx = primals
     data_dot, _ = tangents  # integer indices have no tangent
-    return _gather_rows_as_bytes(data, idx, plan), _direct(data_dot, idx, plan)
+    return _gather_short_rows(data, idx, plan), _direct(data_dot, idx, plan)
 
 
 def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:

@@ -29,7 +29,7 @@ CASES = [
     ("nd_rows", jax_gather.gather_nd, reference.gather_nd, (3, 4, 2), np.array([[2], [0], [-1]]), 0),
     ("nd_batch", jax_gather.gather_nd, reference.gather_nd, (2, 3, 4),
      np.array([[[1, 3], [0, 0]], [[-1, 2], [2, -4]]]), 1),
-    # Rows of 16-64 elements: gathered as bytes on CPU (jax_gather/_lowering.py).
+    # Rows of 16-64 elements: gathered in narrower units on CPU (jax_gather/_lowering.py).
     ("gather_rows_as_bytes", jax_gather.gather, reference.gather, (6, 16), np.array([[0, -1], [5, 2]]), 0),
     ("gather_axis1_rows_as_bytes", jax_gather.gather, reference.gather, (3, 5, 32), np.array([1, -2, 4]), 1),
     ("nd_rows_as_bytes", jax_gather.gather_nd, reference.gather_nd, (3, 4, 64),
