@@ -49,10 +49,18 @@ NARROW_VIEW = _release(jax.__version__) >= (0, 7, 0)
 def gather(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     """``lax.gather`` of ``plan`` on in-bounds index vectors ``idx``."""
     if plan.op_name == "Gather" and plan.index_axes[0] != 0:
+        if not _static(data.shape, idx.shape):
+            # JAX 0.7.0 cannot export this custom_jvp's gradient with symbolic dims (an
+            # unsolvable dim variable); JAX's own rule, a strided scatter, exports everywhere.
+            return _direct(data, idx, plan)
         return _gather_off_leading_axis(data, idx, plan)
     if row_view_dtype(data.shape, data.dtype, plan) is not None:
         return _gather_short_rows(data, idx, plan)
     return _direct(data, idx, plan)
+
+
+def _static(*shapes: tuple) -> bool:
+    return all(isinstance(d, int) for shape in shapes for d in shape)
 
 
 def _direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
@@ -71,7 +79,7 @@ def row_view_dtype(shape: tuple, dtype: Any, plan: GatherPlan) -> Any:
     real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)  # bfloat16 is kind "V"
     if len(shape) < 2 or not real or dtype.itemsize not in (1, 2, 4, 8):
         return None
-    if not all(isinstance(d, int) for d in (*shape, *plan.output_shape)):
+    if not _static(shape, plan.output_shape):
         return None  # symbolic dims (jax.export): StableHLO cannot refine a shape-changing bitcast
     last, dn = len(shape) - 1, plan.dimension_numbers
     width = shape[-1]
