@@ -114,18 +114,6 @@ def _fastest(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     )
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _gather_short_rows(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    return _fastest(data, idx, plan)
-
-
-@_gather_short_rows.defjvp
-def _gather_short_rows_jvp(plan, primals, tangents):
-    data, idx = primals
-    data_dot, _ = tangents  # integer indices have no tangent
-    return _gather_short_rows(data, idx, plan), _direct(data_dot, idx, plan)
-
-
 def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     """The same result as ``_direct`` for Gather, computed as rows of ``moveaxis(data, a, 0)``."""
     axis, q = plan.index_axes[0], idx.ndim - 1
@@ -135,13 +123,21 @@ def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> ja
     return jnp.moveaxis(out, tuple(range(q)), tuple(range(axis, axis + q)))
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _gather_off_leading_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    return _fastest(data, idx, plan)
+def _differentiated_as(tangent: Any) -> Any:
+    """``_fastest`` with ``tangent(data_dot, idx, plan)`` (linear in ``data_dot``) as its JVP."""
+
+    @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+    def gather_(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+        return _fastest(data, idx, plan)
+
+    @gather_.defjvp
+    def _jvp(plan, primals, tangents):
+        data, idx = primals
+        data_dot, _ = tangents  # integer indices have no tangent
+        return gather_(data, idx, plan), tangent(data_dot, idx, plan)
+
+    return gather_
 
 
-@_gather_off_leading_axis.defjvp
-def _gather_off_leading_axis_jvp(plan, primals, tangents):
-    data, idx = primals
-    data_dot, _ = tangents  # integer indices have no tangent
-    return _gather_off_leading_axis(data, idx, plan), _rows_of_moved_axis(data_dot, idx, plan)
+_gather_short_rows = _differentiated_as(_direct)
+_gather_off_leading_axis = _differentiated_as(_rows_of_moved_axis)
