@@ -2,10 +2,12 @@
 
 Contenders per shape: jax_gather jitted in the default mode and in ``promise_in_bounds``, the
 jnp equivalent (jitted), onnxruntime's CPU kernel (when installed and the dtype is one it takes)
-and numpy. Each round times every contender (a median over a few calls, after warm-up, with
-``block_until_ready``), the order alternating between rounds; the figure reported per shape is
-the median over rounds of the per-round ratio jax_gather / best peer, because absolute times on
-a shared machine drift several-fold between minutes while paired ratios do not. Also reported:
+and numpy. Each round times every contender (a median over a few calls, with
+``block_until_ready``, after 60 ms of untimed calls of the same contender, so that none is timed
+while the previous one's idle threads still spin: ``--settle-ms``), the order alternating
+between rounds; the figure reported per shape is the median over rounds of the per-round ratio
+jax_gather / best peer, because absolute times on a shared machine drift several-fold between
+minutes while paired ratios do not. Also reported:
 achieved bandwidth against a memory copy of the same size timed in the same run, the
 backward pass (gradient w.r.t. data) against jnp's, and the page faults per call.
 
@@ -230,7 +232,24 @@ def _time(call: Callable[[], Any], reps: int) -> float:
     return float(np.median(times))
 
 
-def _paired_rounds(calls: dict[str, Callable[[], Any]], rounds: int, reps: int) -> dict[str, list[float]]:
+# onnxruntime's worker threads spin for about 45 ms after each run (measured with
+# /proc/<tid>/schedstat); on a 2-core machine a contender timed in that window loses a core
+# (the int8 embedding lookup measured 0.30-0.35 ms there against 0.14-0.17 ms otherwise).
+SETTLE_S = 0.06
+
+
+def _settle(call: Callable[[], Any], seconds: float) -> None:
+    """Untimed calls for ``seconds`` (one at least), so the previous contender's idle threads
+    have parked and this one's are awake when its timing starts."""
+    start = time.perf_counter()
+    call()
+    while time.perf_counter() - start < seconds:
+        call()
+
+
+def _paired_rounds(
+    calls: dict[str, Callable[[], Any]], rounds: int, reps: int, settle: float = SETTLE_S
+) -> dict[str, list[float]]:
     for call in calls.values():  # compile and warm up
         call()
         call()
@@ -238,6 +257,7 @@ def _paired_rounds(calls: dict[str, Callable[[], Any]], rounds: int, reps: int) 
     per_round: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
+            _settle(calls[name], settle)
             per_round[name].append(_time(calls[name], reps))
     return per_round
 
@@ -268,12 +288,14 @@ def _memcpy_bandwidth(nbytes: int, reps: int) -> float:
     return 2 * src.nbytes / _time(lambda: np.copyto(dst, src), reps)
 
 
-def run_case(case: Case, rounds: int, reps: int, backward: bool = True, seed: int = 0) -> dict[str, Any]:
+def run_case(
+    case: Case, rounds: int, reps: int, backward: bool = True, seed: int = 0, settle: float = SETTLE_S
+) -> dict[str, Any]:
     """Measures one case; returns its row of results."""
     rng = np.random.default_rng(seed)
     data, indices = _make_inputs(case, rng)
     calls = _contenders(case, data, indices)
-    times = _paired_rounds(calls, rounds, reps)
+    times = _paired_rounds(calls, rounds, reps, settle)
     peers = [p for p in PEERS if p in times]
     best_peer_per_round = np.min([times[p] for p in peers], axis=0)
     medians = {k: float(np.median(v)) for k, v in times.items()}
@@ -295,7 +317,7 @@ def run_case(case: Case, rounds: int, reps: int, backward: bool = True, seed: in
     if backward:
         grads = _backward_contenders(case, data, indices)
         if grads:
-            gtimes = _paired_rounds(grads, rounds, reps)
+            gtimes = _paired_rounds(grads, rounds, reps, settle)
             row["backward_ratio_vs_jnp"] = _median_ratio(gtimes["jax_gather"], gtimes["jnp"])
             row["backward_median_s"] = {k: float(np.median(v)) for k, v in gtimes.items()}
     return row
@@ -364,6 +386,7 @@ def run(
     reps: int | None = None,
     only: str | None = None,
     backward: bool = True,
+    settle: float = SETTLE_S,
 ) -> list[dict[str, Any]]:
     """Runs the benchmark and returns one row of results per case."""
     cases = [c for c in CASES if (c.quick or not quick) and (only is None or only in c.name)]
@@ -372,7 +395,7 @@ def run(
     rows = []
     for k, case in enumerate(cases):
         _progress(k, len(cases), case.name)
-        rows.append(run_case(case, rounds, reps, backward=backward))
+        rows.append(run_case(case, rounds, reps, backward=backward, settle=settle))
     _progress(len(cases), len(cases), "done")
     return rows
 
@@ -410,7 +433,9 @@ def main(args: Any) -> int:
     machine = describe_machine()
     print(f"machine: {machine['processor']}, {machine['cpu_count']} cores; JAX {machine['jax']} "
           f"on {machine['backend']}")
-    rows = run(quick=args.quick, rounds=args.rounds, only=args.only, backward=not args.no_backward)
+    settle = SETTLE_S if getattr(args, "settle_ms", None) is None else args.settle_ms / 1e3
+    rows = run(quick=args.quick, rounds=args.rounds, only=args.only, backward=not args.no_backward,
+               settle=settle)
     if getattr(args, "compare_allocator", False) and args.tune_allocator:
         _add_glibc_default_rows(rows, args)
     print(_format_table(rows))
@@ -436,6 +461,8 @@ def _add_glibc_default_rows(rows: list[dict[str, Any]], args: Any) -> None:
         argv = [sys.executable, "-m", "jax_gather", "bench", "--no-tune-allocator", "--json", out]
         argv += ["--quick"] * bool(args.quick) + ["--no-backward"] * bool(args.no_backward)
         argv += ["--rounds", str(args.rounds)] * bool(args.rounds) + ["--only", args.only] * bool(args.only)
+        if getattr(args, "settle_ms", None) is not None:
+            argv += ["--settle-ms", str(args.settle_ms)]
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         with open(out) as f:
             theirs = {r["case"]: r for r in json.load(f)["rows"]}

@@ -69,6 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the ratios (matplotlib)")
     bench.add_argument("--no-backward", action="store_true", help="skip the gradient timings")
     bench.add_argument(
+        "--settle-ms", type=float, metavar="MS",
+        help="untimed calls before each timed block, so no contender is timed while the previous "
+        "one's threads still spin (default 60; 0 times right after the previous contender)",
+    )
+    bench.add_argument(
         "--no-tune-allocator", dest="tune_allocator", action="store_false",
         help="measure with glibc's default allocator settings (see tune_cpu_allocator)",
     )

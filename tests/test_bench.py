@@ -2,6 +2,7 @@
 
 import json
 import mmap
+import time
 
 import numpy as np
 import pytest
@@ -38,6 +39,37 @@ def test_run_case_reports_paired_ratios():
     assert row["backward_ratio_vs_jnp"] > 0
     assert 0 < row["bandwidth_GBps"] and 0 < row["memcpy_GBps"]
     assert row["page_faults_per_call"] is None or row["page_faults_per_call"] >= 0
+
+
+def test_each_timed_block_follows_untimed_calls_of_the_same_contender(monkeypatch):
+    settle, log = 0.02, []
+    real_time = bench._time
+
+    def logged_time(call, reps):
+        log.append(("timed", call.__name__, time.perf_counter()))
+        return real_time(call, reps)
+
+    def contender(name):
+        def call():
+            log.append(("call", name, time.perf_counter()))
+        call.__name__ = name
+        return call
+
+    monkeypatch.setattr(bench, "_time", logged_time)
+    times = bench._paired_rounds({n: contender(n) for n in "abc"}, rounds=3, reps=2, settle=settle)
+    assert {n: len(v) for n, v in times.items()} == {"a": 3, "b": 3, "c": 3}
+    starts = [k for k, entry in enumerate(log) if entry[0] == "timed"]
+    assert len(starts) == 9
+    for k in starts:
+        name, timed_at = log[k][1], log[k][2]
+        before = [e for e in log[:k] if e[0] == "call"]
+        assert before[-1][1] == name  # the contender itself ran last, not the previous one
+        block = []
+        for e in reversed(log[:k]):
+            if e[0] == "timed" or e[1] != name:
+                break
+            block.append(e)
+        assert timed_at - block[-1][2] >= 0.9 * settle, (name, timed_at - block[-1][2])
 
 
 def test_page_faults_are_counted():
