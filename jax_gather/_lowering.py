@@ -11,9 +11,11 @@ dim) is compiled by XLA into a copy loop that LLVM unrolls fully into scalar mov
 slower per byte than the vector copy it emits for longer rows (docs/performance.md). Taking
 the same rows in narrower units (a bitcast of data to uint8, or to uint4 for one-byte types,
 the same dimension numbers with the last slice size scaled, and a bitcast back) gives XLA a
-loop that LLVM keeps and vectorises. It is bit-exact, selected for the CPU platform only
-(``lax.platform_dependent``: other platforms lower the direct gather), and differentiated as
-the direct gather.
+loop that LLVM keeps and vectorises. bfloat16 rows take the same view at any length from 16
+elements on: XLA:CPU otherwise gathers them as float32 between two converts, element by
+element (1.4-2.8x slower, rows of 16 to 32768). The view is bit-exact, selected for the CPU
+platform only (``lax.platform_dependent``: other platforms lower the direct gather), and
+differentiated as the direct gather.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ _PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 # Row lengths (elements) where the narrow view was measured faster on CPU; below 16 it is a
 # wash or slower, from about 80 on XLA's own loop is already vectorised.
 SHORT_ROWS = range(16, 65)
+# bfloat16 rows are the exception: XLA:CPU gathers bfloat16 as float32 between two converts,
+# an element-wise loop at any row length, so the byte view pays from 16 elements on (measured
+# 1.4-2.8x up to rows of 32768).
+BFLOAT16_ROWS_FROM = 16
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -70,9 +76,9 @@ def _direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
 def row_view_dtype(shape: tuple, dtype: Any, plan: GatherPlan) -> Any:
     """The unit the CPU lowering gathers ``plan``'s rows in (uint8, or uint4 for one-byte
     types), or ``None`` for the direct gather. A view is used when data's last dim is taken
-    whole by every slice, ends the output, has a length in ``SHORT_ROWS``, and holds integers
-    or reals (bool and complex have no bitcast); never with symbolic dims, nor on a JAX older
-    than 0.7.0 (see ``NARROW_VIEW``)."""
+    whole by every slice, ends the output, has a length in ``SHORT_ROWS`` (for bfloat16: at
+    least ``BFLOAT16_ROWS_FROM``), and holds integers or reals (bool and complex have no
+    bitcast); never with symbolic dims, nor on a JAX older than 0.7.0 (see ``NARROW_VIEW``)."""
     if not NARROW_VIEW:
         return None
     dtype = np.dtype(dtype)
@@ -83,8 +89,9 @@ def row_view_dtype(shape: tuple, dtype: Any, plan: GatherPlan) -> Any:
         return None  # symbolic dims (jax.export): StableHLO cannot refine a shape-changing bitcast
     last, dn = len(shape) - 1, plan.dimension_numbers
     width = shape[-1]
+    pays = width >= BFLOAT16_ROWS_FROM if dtype == jnp.bfloat16 else width in SHORT_ROWS
     takes_rows = (
-        width in SHORT_ROWS
+        pays
         and plan.slice_sizes[-1] == width
         and bool(dn.offset_dims)
         and dn.offset_dims[-1] == len(plan.output_shape) - 1

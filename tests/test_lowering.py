@@ -13,7 +13,7 @@ from jax import export
 
 import jax_gather
 from jax_gather import plans
-from jax_gather._lowering import NARROW_VIEW, SHORT_ROWS, _release, row_view_dtype
+from jax_gather._lowering import BFLOAT16_ROWS_FROM, NARROW_VIEW, SHORT_ROWS, _release, row_view_dtype
 from tests import reference
 from tests.compat import enable_x64
 
@@ -29,6 +29,11 @@ U8, U4 = jnp.uint8, jnp.uint4
         ((100, 15), np.float32, plans.gather_plan((100, 15), (7,), 0), None),  # too short to pay
         ((100, 65), np.float32, plans.gather_plan((100, 65), (7,), 0), None),  # XLA vectorises it
         ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (7,), 0), U8),
+        ((100, 512), ml_dtypes.bfloat16, plans.gather_plan((100, 512), (7,), 0), U8),  # XLA: via float32
+        ((3, 40000), ml_dtypes.bfloat16, plans.gather_plan((3, 40000), (7,), 0), U8),
+        ((100, 15), ml_dtypes.bfloat16, plans.gather_plan((100, 15), (7,), 0), None),
+        ((100, 512), np.float16, plans.gather_plan((100, 512), (7,), 0), None),  # float16 is copied as is
+        ((100, 512), ml_dtypes.bfloat16, plans.gather_plan((100, 512), (7,), 1), None),
         ((100, 32), np.int64, plans.gather_plan((100, 32), (7,), 0), U8),
         ((100, 32), np.uint16, plans.gather_plan((100, 32), (7,), 0), U8),
         ((100, 32), np.int8, plans.gather_plan((100, 32), (7,), 0), U4),  # bytes already: nibbles
@@ -137,7 +142,24 @@ def test_every_mode_through_the_narrow_view():
 
 
 def test_short_rows_are_the_measured_range():
-    assert SHORT_ROWS == range(16, 65)  # docs/performance.md measures both ends; change them together
+    # docs/performance.md measures both ends; change them together.
+    assert SHORT_ROWS == range(16, 65)
+    assert BFLOAT16_ROWS_FROM == 16
+
+
+@pytest.mark.parametrize("width", [16, 300, 4096])
+def test_long_bfloat16_rows_through_the_view_are_bit_exact(width):
+    data = _special_values(ml_dtypes.bfloat16, (12, width))
+    indices = np.array([3, -1, 0, 11, -12, 3])
+    plan = plans.gather_plan(data.shape, indices.shape, 0)
+    assert (row_view_dtype(data.shape, data.dtype, plan) is not None) == NARROW_VIEW
+    for mode in ("checked", "promise_in_bounds"):
+        out = jax.jit(lambda d, i: jax_gather.gather(d, i, mode=mode))(data, indices)
+        _assert_same_bits(out, reference.gather(data, indices, 0))
+    grad = jax.grad(lambda d: jax_gather.gather(d, indices).astype(jnp.float32).sum())(jnp.asarray(data))
+    expected = np.zeros((12,), np.float32)
+    np.add.at(expected, indices, 1.0)
+    np.testing.assert_array_equal(np.asarray(grad, np.float32), np.broadcast_to(expected[:, None], data.shape))
 
 
 def test_bfloat16_fill_keeps_nan_payloads_and_its_gradient():
