@@ -61,7 +61,7 @@ def gather(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
             return _direct(data, idx, plan)
         return _gather_off_leading_axis(data, idx, plan)
     if row_view_dtype(data.shape, data.dtype, plan) is not None:
-        return _gather_short_rows(data, idx, plan)
+        return _gather_in_units(data, idx, plan)
     return _direct(data, idx, plan)
 
 
@@ -146,5 +146,5 @@ def _differentiated_as(tangent: Any) -> Any:
     return gather_
 
 
-_gather_short_rows = _differentiated_as(_direct)
+_gather_in_units = _differentiated_as(_direct)
 _gather_off_leading_axis = _differentiated_as(_rows_of_moved_axis)
