@@ -1,6 +1,7 @@
 """Each lowering choice of jax_gather, timed against the alternative it was chosen over.
 
-    python benchmarks/lowering_choices.py [--rounds N] [--scale D] [--json FILE] [--no-tune-allocator]
+    python benchmarks/lowering_choices.py [--rounds N] [--scale D] [--json FILE] [--only TEXT]
+                                          [--no-tune-allocator]
 
 For every (choice, shape) it prints the paired ratio alternative / chosen, the median over
 rounds of per-round ratios (the machine is shared: absolute times drift, paired ratios do not).
@@ -110,6 +111,26 @@ def _lax_gather_mode(mode: lax.GatherScatterMode) -> Fn:
     return f
 
 
+# ---- bounds arithmetic: unsigned min(i, i + s, s - 1), or a signed normalise-and-clamp -------------
+
+def _signed_fill(plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn:
+    """The "fill" mode with a compare and select to normalise negatives, a signed clamp, and a
+    mask from two signed compares (what jax_gather did before the unsigned arithmetic)."""
+    def f(d, i):
+        plan = plan_fn(d.shape, i.shape, attribute)
+        sizes = np.asarray(plan.index_sizes, np.int32)
+        sizes = sizes[0] if plan.append_index_vector_dim else sizes
+        ok = (i >= -sizes) & (i < sizes)
+        idx = jnp.clip(jnp.where(i < 0, i + sizes, i), 0, sizes - 1)
+        if plan.append_index_vector_dim:
+            idx = idx[..., None]
+        else:
+            ok = jnp.all(ok, axis=-1)
+        out = lax.gather(d, idx, plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
+        return jnp.where(ok, out, jnp.zeros((), d.dtype))
+    return f
+
+
 # ---- the working index dtype -----------------------------------------------------------------------
 
 def _plain(plan_fn: Callable[..., plans.GatherPlan], attribute: int, dtype: Any) -> Fn:
@@ -160,7 +181,8 @@ def choices() -> list[Choice]:
     nd_scalars = lambda sc: (_data(_s(1024, sc), _s(1024, sc)), _ints(_s(1024, sc), _s(1000000, sc), 2))
     axis1 = lambda sc: (_data(_s(512, sc), _s(4096, sc)), _ints(_s(4096, sc), _s(2048, sc)))
     narrow_embedding = lambda sc: (_data(_s(50000, sc), _s(32, sc)), _ints(_s(50000, sc), _s(65536, sc)))
-    g, nd = jax_gather.gather, jax_gather.gather_nd
+    g, ge_op, nd = jax_gather.gather, jax_gather.gather_elements, jax_gather.gather_nd
+    unsigned = "fill: unsigned min(i, i+s, s-1) (vs a select to normalise and a signed clamp)"
     short_rows = "rows of 16-64 elements in narrower units on CPU (vs the direct gather)"
     return [
         Choice("batch dims as operand_batching_dims (vs iota index components)",
@@ -177,6 +199,14 @@ def choices() -> list[Choice]:
         Choice("fill: clamp, gather, select (vs the gather's FILL_OR_DROP mode)",
                "gather axis 0 (embedding)", embedding, _ours(g, 0, "fill"),
                _lax_gather_mode(lax.GatherScatterMode.FILL_OR_DROP)),
+        Choice(unsigned, "gather_elements axis -1, 2048x2048", ge, _ours(ge_op, -1, "fill"),
+               _signed_fill(plans.gather_elements_plan, -1)),
+        Choice(unsigned, "gather_elements axis 0, 2048x2048", ge, _ours(ge_op, 0, "fill"),
+               _signed_fill(plans.gather_elements_plan, 0)),
+        Choice(unsigned, "gather_nd scalars", nd_scalars, _ours(nd, 0, "fill"),
+               _signed_fill(plans.gather_nd_plan, 0)),
+        Choice(unsigned, "gather_nd scalars int8", _as(np.int8, nd_scalars), _ours(nd, 0, "fill"),
+               _signed_fill(plans.gather_nd_plan, 0)),
         Choice("int32 working indices where the axes allow (vs int64)",
                "gather_elements axis 0, 2048x2048", ge, _plain(plans.gather_elements_plan, 0, jnp.int32),
                _plain(plans.gather_elements_plan, 0, jnp.int64), x64=True),
@@ -278,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--scale", type=int, default=1, help="divide every dimension by this")
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--only", metavar="TEXT", help="run only the choices whose name contains TEXT")
     parser.add_argument("--no-tune-allocator", dest="tune_allocator", action="store_false",
                         help="keep glibc's defaults (fresh-page faults then weigh on both programs)")
     parser.add_argument("--collectives", action="store_true",
@@ -296,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"{'choice':72s} {'shape':36s} {'chosen ms':>9s} {'alt ms':>8s} {'alt/chosen':>10s}")
     for choice in choices():
+        if args.only and args.only not in choice.name:
+            continue
         row = run_choice(choice, args.rounds, args.reps, args.scale)
         rows.append(row)
         print(f"{row['choice']:72s} {row['shape']:36s} {row['chosen_ms']:9.2f} "

@@ -98,12 +98,25 @@ def _saturate(indices: jax.Array, target: Any) -> jax.Array:
     return indices.astype(target)
 
 
+def _unsigned_parts(plan: GatherPlan, indices: jax.Array) -> tuple[jax.Array, Any]:
+    """The indices, narrowed with saturation to the working dtype and reinterpreted as the
+    unsigned type of that width, and the axis sizes in that unsigned type.
+
+    In unsigned (modular) arithmetic every bound below is one compare or one ``minimum``, which
+    the CPU's vector units have: a signed index ``i`` is in [-s, s-1] exactly when ``i + s``
+    wraps into [0, 2s-1], and ``min(i, i + s)`` is ``i`` for i in [0, s-1] and ``i + s`` for i
+    in [-s, -1].
+    """
+    target = _index_dtype(plan)
+    unsigned = jnp.dtype(f"uint{8 * jnp.dtype(target).itemsize}")
+    as_unsigned = lambda x: lax.bitcast_convert_type(x, unsigned)
+    return as_unsigned(_saturate(indices, target)), _sizes(plan, target).astype(unsigned)
+
+
 def in_bounds_mask(plan: GatherPlan, indices: jax.Array) -> jax.Array:
     """Per-element (per index component for GatherND) in-bounds mask of the raw indices."""
-    target = _index_dtype(plan)
-    sizes = _sizes(plan, target)
-    indices = _saturate(indices, target)
-    return (indices >= -sizes) & (indices < sizes)
+    u, sizes = _unsigned_parts(plan, indices)
+    return u + sizes < sizes + sizes  # exact for every index and every size below 2**(bits-1)
 
 
 def in_bounds(plan: GatherPlan, indices: Any) -> jax.Array:
@@ -175,21 +188,24 @@ def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.
     return check_indices(indices, jnp.all(ok), message, *args)
 
 
-def working_indices(plan: GatherPlan, indices: jax.Array, clamp: bool) -> jax.Array:
-    """Indices as the gather reads them: signed, narrowed with saturation, negatives normalised
-    and, with ``clamp``, clamped into [0, s-1].
+def working_indices(plan: GatherPlan, indices: jax.Array, clip: bool) -> jax.Array:
+    """Indices as the gather reads them: narrowed with saturation, negatives normalised, and
+    clamped into [0, s-1]. With ``clip`` an out-of-bounds index goes to the nearest end of
+    [-s, s-1] first, as the "clip" mode says; otherwise it becomes some in-range index (the
+    select of "fill" and "checked" replaces what it reads, and a promise made it undefined).
 
-    Saturating keeps out-of-bounds values out of bounds. Clamping here, rather than leaving it
-    to the gather's native clamp, keeps every index the gather sees in bounds, so JAX's own
-    checkify index checks never flag a position that "fill" or "clip" handles on purpose.
+    Clamping here, rather than leaving it to the gather's native clamp, keeps every index the
+    gather sees in bounds, so JAX's own checkify index checks never flag a position that a
+    mode handles on purpose (the library's check reports a broken promise), and it lets LLVM
+    drop the gather's own clamp: measured 0.7-0.9x the time of a signed normalise-and-clamp on
+    the element gathers (docs/performance.md).
     """
-    target = _index_dtype(plan)
-    indices = _saturate(indices, target)
-    sizes = _sizes(plan, target)
-    indices = jnp.where(indices < 0, indices + sizes, indices)
-    if clamp:
-        indices = jnp.clip(indices, 0, sizes - 1)
-    return indices
+    if clip:
+        target = _index_dtype(plan)
+        indices = jnp.maximum(_saturate(indices, target), -_sizes(plan, target))
+    u, sizes = _unsigned_parts(plan, indices)
+    in_range = jnp.minimum(jnp.minimum(u, u + sizes), sizes - 1)
+    return lax.bitcast_convert_type(in_range, _index_dtype(plan))
 
 
 def narrow_host_indices(indices: np.ndarray) -> np.ndarray:

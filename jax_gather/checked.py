@@ -18,11 +18,12 @@ def checked(fn: F) -> F:
     """Wraps ``fn`` so that an out-of-bounds index inside it raises ``IndexError``.
 
     Under ``jax.jit`` (or ``vmap``, ``grad``) indices are traced and cannot be checked on the
-    host; the "checked" mode then records a checkify check. ``checked(fn)`` runs ``fn`` under
-    ``jax.experimental.checkify`` with those checks and JAX's own index checks (which also
-    catch a broken ``"promise_in_bounds"`` and out-of-bounds indexing elsewhere in ``fn``), and
-    raises ``IndexError`` with the message of the first failure; otherwise it returns ``fn``'s
-    result. Without it, a jitted call returns the "fill" result for out-of-bounds positions.
+    host; the "checked" mode then records a checkify check, and so does "promise_in_bounds"
+    (a broken promise is reported in the same words). ``checked(fn)`` runs ``fn`` under
+    ``jax.experimental.checkify`` with those checks and JAX's own index checks (which catch
+    out-of-bounds indexing elsewhere in ``fn``), and raises ``IndexError`` with the message of
+    the first failure; otherwise it returns ``fn``'s result. Without it, a jitted call returns
+    the "fill" result for out-of-bounds positions in the "checked" mode.
 
     Where JAX cannot trace its own index checks for ``fn`` (its checkify rules fail for
     batched scatters, as in the gradient of GatherElements, and inside ``shard_map``), the

@@ -53,8 +53,11 @@ def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan:
     chex.assert_rank(data, len(plan.slice_sizes))
     chex.assert_rank(indices, batch_rank + (0 if plan.append_index_vector_dim else 1))
     needs_mask = mode in ("fill", "checked")
-    ok = _bounds.in_bounds_mask(plan, indices) if needs_mask else None
-    if mode == "checked":
+    # A promise is checked too, for jax_gather.checked; outside checkify the check and its mask
+    # compile to nothing.
+    checks = mode in ("checked", "promise_in_bounds")
+    ok = _bounds.in_bounds_mask(plan, indices) if needs_mask or checks else None
+    if checks:
         indices = _bounds.check_in_bounds(plan, indices, ok)
     if needs_mask and not plan.append_index_vector_dim:
         ok = jnp.all(ok, axis=-1)  # a tuple is in bounds when every component is
@@ -75,9 +78,9 @@ def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan:
 
     if plan.data_block is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_block)
-    # Every mode but a promise clamps the indices itself (and masks for "fill"), so the gather
-    # is always given in-bounds indices, and its transpose always scatters onto in-range rows.
-    idx = _bounds.working_indices(plan, indices, clamp=mode != "promise_in_bounds")
+    # Every mode clamps the indices itself (and masks for "fill"), so the gather is always given
+    # in-bounds indices, and its transpose always scatters onto in-range rows.
+    idx = _bounds.working_indices(plan, indices, clip=mode == "clip")
     if plan.append_index_vector_dim:
         idx = idx[..., None]
     out = _lowering.gather(data, idx, plan)

@@ -54,6 +54,14 @@ def test_main_writes_every_row(tmp_path, capsys):
     assert capsys.readouterr().out.count("\n") == len(CHOICES) + 1
 
 
+def test_only_runs_the_choices_it_names(capsys):
+    argv = ["--rounds", "1", "--reps", "1", "--scale", "32", "--no-tune-allocator", "--only", "unsigned"]
+    assert lowering_choices.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert len(lines) == sum("unsigned" in c.name for c in CHOICES) > 0
+    assert all("unsigned" in line for line in lines)
+
+
 def test_collectives_run_on_one_device():
     # On one device there is nothing to partition; the sharding tests cover eight.
     rows = lowering_choices.collectives()

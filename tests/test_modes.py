@@ -210,10 +210,18 @@ def test_checked_wrapper_accepts_deliberate_out_of_bounds_modes(name, mode):
     np.testing.assert_array_equal(np.asarray(out), ref(DATA, idx, attr, mode=mode, fill=np.nan))
 
 
-def test_checked_wrapper_catches_a_broken_promise_and_other_indexing():
-    f = jax.jit(lambda d, i: jax_gather.gather(d, i, mode="promise_in_bounds"))
-    with pytest.raises(IndexError, match="out-of-bounds"):
-        jax_gather.checked(f)(np.arange(3.0), np.array([5]))
+@pytest.mark.parametrize("name", OOB_CASES)
+def test_checked_wrapper_reports_a_broken_promise_like_the_checked_mode(name):
+    op, _, idx, attr = OOB_CASES[name]
+    promise = jax.jit(lambda d, i: op(d, i, attr, mode="promise_in_bounds"))
+    with pytest.raises(IndexError) as broken:
+        jax_gather.checked(promise)(DATA, idx)
+    with pytest.raises(IndexError) as checked_mode:
+        op(DATA, idx, attr)
+    assert str(broken.value) == str(checked_mode.value)
+
+
+def test_checked_wrapper_catches_other_indexing():
     with pytest.raises(IndexError, match="out-of-bounds"):
         jax_gather.checked(jax.jit(lambda d, i: d[i]))(np.arange(3.0), 5)
 

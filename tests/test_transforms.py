@@ -145,7 +145,7 @@ def test_inputs_are_never_mutated():
 
 
 @pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
-def test_checked_compiles_to_the_same_program_as_fill(op, ref, shape, indices, attr):
+def test_checks_compile_to_nothing_outside_checkify(op, ref, shape, indices, attr):
     # Without checkify the check is dead code, and it adds no effect (an effect would send
     # every call down jax.jit's slow token-passing path): the programs do the same work.
     jaxpr = jax.make_jaxpr(lambda d, i: op(d, i, attr))(_data(shape), indices)
@@ -160,6 +160,8 @@ def test_checked_compiles_to_the_same_program_as_fill(op, ref, shape, indices, a
 
     checked, fill = compiled("checked"), compiled("fill")
     assert opcodes(checked) == opcodes(fill)
+    # A promise carries the same check, and compiles to neither its mask nor a select.
+    assert not {"compare", "select"} & set(opcodes(compiled("promise_in_bounds")))
     ca, fa = checked.cost_analysis(), fill.cost_analysis()
     ca, fa = (c[0] if isinstance(c, list) else c for c in (ca, fa))
     assert ca.get("bytes accessed") == fa.get("bytes accessed")
