@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from typing import Any, Callable
@@ -25,7 +26,7 @@ import numpy as np
 from jax import lax
 
 import jax_gather
-from jax_gather import bench, plans
+from jax_gather import _bounds, _lowering, bench, plans
 from jax_gather._x64 import x64_enabled
 
 _PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
@@ -131,6 +132,17 @@ def _signed_fill(plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn
     return f
 
 
+def _fill_by(lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn:
+    """The "fill" mode through one of jax_gather's two fill lowerings, whichever the library
+    would pick: ``_lowering._select_fill`` or ``_lowering._read_fill_from_padding``."""
+    def f(d, i):
+        plan = plan_fn(d.shape, i.shape, attribute)
+        ok = _bounds.in_bounds_mask(plan, i)
+        ok = ok if plan.append_index_vector_dim else jnp.all(ok, axis=-1)
+        return lowering(d, i, ok, jnp.zeros((), d.dtype), plan)
+    return f
+
+
 # ---- the working index dtype -----------------------------------------------------------------------
 
 def _plain(plan_fn: Callable[..., plans.GatherPlan], attribute: int, dtype: Any) -> Fn:
@@ -182,7 +194,10 @@ def choices() -> list[Choice]:
     axis1 = lambda sc: (_data(_s(512, sc), _s(4096, sc)), _ints(_s(4096, sc), _s(2048, sc)))
     narrow_embedding = lambda sc: (_data(_s(50000, sc), _s(32, sc)), _ints(_s(50000, sc), _s(65536, sc)))
     g, ge_op, nd = jax_gather.gather, jax_gather.gather_elements, jax_gather.gather_nd
+    ge_plan, nd_plan = plans.gather_elements_plan, plans.gather_nd_plan
+    select = functools.partial(_fill_by, _lowering._select_fill)
     unsigned = "fill: unsigned min(i, i+s, s-1) (vs a select to normalise and a signed clamp)"
+    padded = "fill on CPU: read from a pad of data (vs a select after the gather)"
     short_rows = "rows of 16-64 elements in narrower units on CPU (vs the direct gather)"
     return [
         Choice("batch dims as operand_batching_dims (vs iota index components)",
@@ -199,14 +214,26 @@ def choices() -> list[Choice]:
         Choice("fill: clamp, gather, select (vs the gather's FILL_OR_DROP mode)",
                "gather axis 0 (embedding)", embedding, _ours(g, 0, "fill"),
                _lax_gather_mode(lax.GatherScatterMode.FILL_OR_DROP)),
-        Choice(unsigned, "gather_elements axis -1, 2048x2048", ge, _ours(ge_op, -1, "fill"),
-               _signed_fill(plans.gather_elements_plan, -1)),
-        Choice(unsigned, "gather_elements axis 0, 2048x2048", ge, _ours(ge_op, 0, "fill"),
-               _signed_fill(plans.gather_elements_plan, 0)),
-        Choice(unsigned, "gather_nd scalars", nd_scalars, _ours(nd, 0, "fill"),
-               _signed_fill(plans.gather_nd_plan, 0)),
-        Choice(unsigned, "gather_nd scalars int8", _as(np.int8, nd_scalars), _ours(nd, 0, "fill"),
-               _signed_fill(plans.gather_nd_plan, 0)),
+        Choice(unsigned, "gather_elements axis -1, 2048x2048", ge, select(ge_plan, -1),
+               _signed_fill(ge_plan, -1)),
+        Choice(unsigned, "gather_elements axis 0, 2048x2048", ge, select(ge_plan, 0),
+               _signed_fill(ge_plan, 0)),
+        Choice(unsigned, "gather_nd scalars", nd_scalars, select(nd_plan, 0),
+               _signed_fill(nd_plan, 0)),
+        Choice(unsigned, "gather_nd scalars int8", _as(np.int8, nd_scalars), select(nd_plan, 0),
+               _signed_fill(nd_plan, 0)),
+        Choice(padded, "gather_elements axis -1, 2048x2048", ge, _ours(ge_op, -1, "fill"), select(ge_plan, -1)),
+        Choice(padded, "gather_elements axis 0, 2048x2048", ge, _ours(ge_op, 0, "fill"), select(ge_plan, 0)),
+        Choice(padded, "gather_elements axis 0 int8", _as(np.int8, ge), _ours(ge_op, 0, "fill"),
+               select(ge_plan, 0)),
+        Choice(padded, "gather_nd scalars", nd_scalars, _ours(nd, 0, "fill"), select(nd_plan, 0)),
+        Choice(padded, "gather_nd scalars int8", _as(np.int8, nd_scalars), _ours(nd, 0, "fill"),
+               select(nd_plan, 0)),
+        Choice(padded, "gather_nd batch_dims=1 scalars", nd_bd1_scalars, _ours(nd, 1, "fill"),
+               select(nd_plan, 1)),
+        Choice("fill on CPU: the select for bfloat16 (vs reading it from a pad of data, rejected)",
+               "gather_nd scalars bfloat16", _as(jnp.bfloat16, nd_scalars), _ours(nd, 0, "fill"),
+               _fill_by(_lowering._read_fill_from_padding, nd_plan, 0)),
         Choice("int32 working indices where the axes allow (vs int64)",
                "gather_elements axis 0, 2048x2048", ge, _plain(plans.gather_elements_plan, 0, jnp.int32),
                _plain(plans.gather_elements_plan, 0, jnp.int64), x64=True),

@@ -188,11 +188,13 @@ def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.
     return check_indices(indices, jnp.all(ok), message, *args)
 
 
-def working_indices(plan: GatherPlan, indices: jax.Array, clip: bool) -> jax.Array:
+def working_indices(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False) -> jax.Array:
     """Indices as the gather reads them: narrowed with saturation, negatives normalised, and
     clamped into [0, s-1]. With ``clip`` an out-of-bounds index goes to the nearest end of
     [-s, s-1] first, as the "clip" mode says; otherwise it becomes some in-range index (the
     select of "fill" and "checked" replaces what it reads, and a promise made it undefined).
+    With ``past_end`` every out-of-bounds index becomes ``s`` instead, and every in-bounds one
+    stays in [0, s-1]: the slot of a data padded by one ``fill_value`` on each indexed axis.
 
     Clamping here, rather than leaving it to the gather's native clamp, keeps every index the
     gather sees in bounds, so JAX's own checkify index checks never flag a position that a
@@ -204,7 +206,8 @@ def working_indices(plan: GatherPlan, indices: jax.Array, clip: bool) -> jax.Arr
     if clip:
         indices = jnp.maximum(_saturate(indices, target), -_sizes(plan, target))
     u, sizes = _unsigned_parts(plan, indices)
-    in_range = jnp.minimum(jnp.minimum(u, u + sizes), sizes - 1)
+    # min(u, u + s) is below s exactly for the in-bounds indices (see in_bounds_mask).
+    in_range = jnp.minimum(jnp.minimum(u, u + sizes), sizes if past_end else sizes - 1)
     return lax.bitcast_convert_type(in_range, target)
 
 

@@ -16,6 +16,13 @@ elements on: XLA:CPU otherwise gathers them as float32 between two converts, ele
 element (1.4-2.8x slower, rows of 16 to 32768). The view is bit-exact, selected for the CPU
 platform only (``lax.platform_dependent``: other platforms lower the direct gather), and
 differentiated as the direct gather.
+
+"fill", and "checked" under plain jit, give out-of-bounds positions ``fill_value``. The
+obvious lowering selects it after the gather, by the in-bounds mask; for element gathers the
+CPU lowering instead pads data with one ``fill_value`` at the end of each indexed axis and
+sends every out-of-bounds index to that slot (one unsigned ``min`` with the size, in place of
+the clamp's ``min`` with size - 1), so the gather reads the fill itself and no select follows.
+Its derivative is the select's, so the backward pass scatters into data's own shape.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_gather import _bounds
 from jax_gather.plans import GatherPlan, gather_plan
 
 _PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
@@ -47,9 +55,9 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 # Older JAX lowers every branch of lax.platform_dependent into the program (a conditional on
-# the platform), which would put two gathers where the design promises one; there the direct
-# gather is used on every platform.
-NARROW_VIEW = _release(jax.__version__) >= (0, 7, 0)
+# the platform), which would put two gathers where the design promises one; there the CPU
+# lowerings below are not used, and every platform gets the direct gather and the select.
+CPU_LOWERINGS = _release(jax.__version__) >= (0, 7, 0)
 
 
 def gather(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
@@ -65,6 +73,67 @@ def gather(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     return _direct(data, idx, plan)
 
 
+def gather_or_fill(
+    data: jax.Array, indices: jax.Array, ok: jax.Array, fill: jax.Array, plan: GatherPlan
+) -> jax.Array:
+    """The gather of "fill" (and of traced "checked"): ``fill`` wherever ``ok``, the in-bounds
+    mask of the index vectors, is False; read from a pad of data on CPU where
+    ``fills_from_padding`` says so, selected after the gather otherwise."""
+    if not fills_from_padding(data.shape, data.dtype, plan):
+        return _select_fill(data, indices, ok, fill, plan)
+    return lax.platform_dependent(
+        data, indices, ok, fill,
+        cpu=functools.partial(_read_fill_from_padding, plan=plan),
+        default=functools.partial(_select_fill, plan=plan),
+    )
+
+
+def fills_from_padding(shape: tuple, dtype: Any, plan: GatherPlan) -> bool:
+    """Whether the CPU lowering reads ``fill`` from a padded data rather than selecting it.
+
+    Taken where every output element is one element of data (GatherElements, GatherND of full
+    index tuples, Gather on 1-D data), except for bfloat16 (measured slower there). XLA fuses
+    the pad into the gather, so data is never copied (tests/test_padded_fill.py asserts it);
+    what remains is the pad's bound check on each read, which measured cheaper than the select
+    of the mask over the output (docs/performance.md).
+    """
+    if not CPU_LOWERINGS or plan.dimension_numbers.offset_dims or dtype == jnp.bfloat16:
+        return False
+    # Symbolic dims (jax.export) keep the select, so a program exported for several platforms
+    # holds one gather, as it does for the narrow view.
+    return _static(shape, plan.output_shape)
+
+
+def _select_fill(data, indices, ok, fill, plan):
+    idx = _bounds.working_indices(plan, indices, clip=False)
+    out = gather(data, idx[..., None] if plan.append_index_vector_dim else idx, plan)
+    batch_positions = tuple(
+        d for d in range(len(plan.output_shape)) if d not in plan.dimension_numbers.offset_dims
+    )
+    mask = lax.broadcast_in_dim(ok, plan.output_shape, batch_positions)
+    return _bounds.select_exact(mask, out, fill)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
+def _read_fill_from_padding(data, indices, ok, fill, plan):
+    del ok  # an out-of-bounds index reads the padding instead
+    padding = [(0, 0, 0)] * data.ndim
+    for axis in plan.dimension_numbers.start_index_map:
+        padding[axis] = (0, 1, 0)
+    padded = lax.pad(data, fill, padding)
+    idx = _bounds.working_indices(plan, indices, clip=False, past_end=True)
+    return _direct(padded, idx[..., None] if plan.append_index_vector_dim else idx, plan)
+
+
+@_read_fill_from_padding.defjvp
+def _read_fill_from_padding_jvp(plan, primals, tangents):
+    # Differentiated as the select, whose transpose scatters into data's own shape; the pad's
+    # would scatter into the padded shape and then copy out the slice.
+    data, indices, ok, fill = primals
+    data_dot, _, _, fill_dot = tangents
+    return _read_fill_from_padding(*primals, plan), _select_fill(data_dot, indices, ok, fill_dot, plan)
+
+
 def _static(*shapes: tuple) -> bool:
     return all(isinstance(d, int) for shape in shapes for d in shape)
 
@@ -78,8 +147,8 @@ def row_view_dtype(shape: tuple, dtype: Any, plan: GatherPlan) -> Any:
     types), or ``None`` for the direct gather. A view is used when data's last dim is taken
     whole by every slice, ends the output, has a length in ``SHORT_ROWS`` (for bfloat16: at
     least ``BFLOAT16_ROWS_FROM``), and holds integers or reals (bool and complex have no
-    bitcast); never with symbolic dims, nor on a JAX older than 0.7.0 (see ``NARROW_VIEW``)."""
-    if not NARROW_VIEW:
+    bitcast); never with symbolic dims, nor on a JAX older than 0.7.0 (see ``CPU_LOWERINGS``)."""
+    if not CPU_LOWERINGS:
         return None
     dtype = np.dtype(dtype)
     real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)  # bfloat16 is kind "V"

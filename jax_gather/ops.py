@@ -78,18 +78,13 @@ def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan:
 
     if plan.data_block is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_block)
-    # Every mode clamps the indices itself (and masks for "fill"), so the gather is always given
+    # Every mode clamps the indices itself (and fills for "fill"), so the gather is always given
     # in-bounds indices, and its transpose always scatters onto in-range rows.
-    idx = _bounds.working_indices(plan, indices, clip=mode == "clip")
-    if plan.append_index_vector_dim:
-        idx = idx[..., None]
-    out = _lowering.gather(data, idx, plan)
     if needs_mask:
-        batch_positions = tuple(
-            d for d in range(len(plan.output_shape)) if d not in plan.dimension_numbers.offset_dims
-        )
-        mask = lax.broadcast_in_dim(ok, plan.output_shape, batch_positions)
-        out = _bounds.select_exact(mask, out, fill)
+        out = _lowering.gather_or_fill(data, indices, ok, fill, plan)
+    else:
+        idx = _bounds.working_indices(plan, indices, clip=mode == "clip")
+        out = _lowering.gather(data, idx[..., None] if plan.append_index_vector_dim else idx, plan)
     chex.assert_shape(out, plan.output_shape)
     return out
 

@@ -13,7 +13,7 @@ from jax import export
 
 import jax_gather
 from jax_gather import plans
-from jax_gather._lowering import BFLOAT16_ROWS_FROM, NARROW_VIEW, SHORT_ROWS, _release, row_view_dtype
+from jax_gather._lowering import BFLOAT16_ROWS_FROM, CPU_LOWERINGS, SHORT_ROWS, _release, row_view_dtype
 from tests import reference
 from tests.compat import enable_x64
 
@@ -50,11 +50,11 @@ U8, U4 = jnp.uint8, jnp.uint4
     ],
 )
 def test_which_rows_are_taken_in_narrower_units(shape, dtype, plan, expected):
-    assert row_view_dtype(shape, dtype, plan) == (expected if NARROW_VIEW else None)
+    assert row_view_dtype(shape, dtype, plan) == (expected if CPU_LOWERINGS else None)
 
 
 def test_the_narrow_view_needs_jax_0_7():
-    assert NARROW_VIEW == (_release(jax.__version__) >= (0, 7, 0))
+    assert CPU_LOWERINGS == (_release(jax.__version__) >= (0, 7, 0))
     assert _release("0.6.2") < (0, 7, 0) <= _release("0.7.0") < _release("0.10.2.dev20250101")
 
 
@@ -77,7 +77,7 @@ def test_cpu_gathers_narrow_units_and_other_platforms_the_direct_gather(dtype, c
         gathers = re.findall(r"stablehlo.gather\b.*", module)
         assert len(gathers) == 1, module
         # On CPU: 32 float32 as 128 bytes, 32 int8 as 64 nibbles; elsewhere the rows of 32.
-        assert (cpu_operand in gathers[0]) == (platform == "cpu" and NARROW_VIEW), (platform, gathers[0])
+        assert (cpu_operand in gathers[0]) == (platform == "cpu" and CPU_LOWERINGS), (platform, gathers[0])
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -117,7 +117,7 @@ def test_narrow_view_is_bit_exact(dtype, jit):
     with enable_x64(np.dtype(dtype).itemsize == 8):
         data = _special_values(dtype, (40, 6, 24))
         plan = plans.gather_nd_plan(data.shape, (9, 2), 0)
-        assert (row_view_dtype(data.shape, data.dtype, plan) is not None) == NARROW_VIEW
+        assert (row_view_dtype(data.shape, data.dtype, plan) is not None) == CPU_LOWERINGS
         indices = np.random.default_rng(1).integers(-6, 6, (9, 2))
         indices[:, 0] = np.random.default_rng(2).integers(-40, 40, 9)
         fn = lambda d, i: jax_gather.gather_nd(d, i)
@@ -152,7 +152,7 @@ def test_long_bfloat16_rows_through_the_view_are_bit_exact(width):
     data = _special_values(ml_dtypes.bfloat16, (12, width))
     indices = np.array([3, -1, 0, 11, -12, 3])
     plan = plans.gather_plan(data.shape, indices.shape, 0)
-    assert (row_view_dtype(data.shape, data.dtype, plan) is not None) == NARROW_VIEW
+    assert (row_view_dtype(data.shape, data.dtype, plan) is not None) == CPU_LOWERINGS
     for mode in ("checked", "promise_in_bounds"):
         out = jax.jit(lambda d, i: jax_gather.gather(d, i, mode=mode))(data, indices)
         _assert_same_bits(out, reference.gather(data, indices, 0))

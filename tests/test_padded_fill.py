@@ -1,0 +1,187 @@
+"""The CPU lowering of "fill" (and traced "checked") for element gathers: out-of-bounds indices
+read ``fill_value`` from a pad of data instead of a select after the gather. Which gathers take
+it, that only the CPU lowering has it, that XLA fuses the pad (data is never copied), that it
+is exact in every out-of-bounds direction and dtype, and that it differentiates as the select."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import export
+from jax.test_util import check_grads
+
+import jax_gather
+from jax_gather import plans
+from jax_gather._lowering import CPU_LOWERINGS, fills_from_padding
+from tests import reference
+from tests.compat import enable_x64
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, plan, expected",
+    [
+        ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), True),
+        ((8, 32), np.int8, plans.gather_elements_plan((8, 32), (5, 40), 1), True),
+        ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (8, 32), -1), True),
+        ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (9, 3), 0), True),  # full tuples
+        ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), True),
+        ((32,), np.float16, plans.gather_plan((32,), (7, 2), 0), True),  # Gather of 1-D data
+        ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (9, 2), 0), False),  # rows
+        ((100, 16), np.float32, plans.gather_plan((100, 16), (7,), 0), False),  # rows
+        ((100, 16), np.float32, plans.gather_plan((100, 16), (7,), 1), False),  # columns
+        ((8, 32), ml_dtypes.bfloat16, plans.gather_elements_plan((8, 32), (8, 32), 0), False),
+        ((1024,), ml_dtypes.bfloat16, plans.gather_plan((1024,), (7,), 0), False),
+    ],
+)
+def test_which_gathers_read_fill_from_padding(shape, dtype, plan, expected):
+    assert fills_from_padding(shape, dtype, plan) == (expected and CPU_LOWERINGS)
+
+
+def test_symbolic_dims_keep_the_select():
+    n, = export.symbolic_shape("n")
+    assert not fills_from_padding((n, 4), np.float32, plans.gather_elements_plan((n, 4), (n, 4), 1))
+    assert not fills_from_padding((10,), np.float32, plans.gather_plan((10,), (n,), 0))
+
+
+def _module(fn, args, platform):
+    return export.export(jax.jit(fn), platforms=(platform,))(*args).mlir_module()
+
+
+def test_cpu_reads_fill_from_padding_and_other_platforms_select():
+    # (The traced check of "checked" has selects of its own until XLA drops it; the compiled
+    # program of the default mode is tested below.)
+    data, indices = np.zeros((6, 7), np.float32), np.zeros((6, 7), np.int32)
+    fn = lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill")
+    for platform in ("cpu", "cuda", "tpu"):
+        module = _module(fn, (data, indices), platform)
+        assert module.count('"stablehlo.gather"') == 1, module
+        on_cpu = platform == "cpu" and CPU_LOWERINGS
+        assert ("stablehlo.pad" in module) == on_cpu, (platform, module)
+        assert ("stablehlo.select" in module) != on_cpu, (platform, module)
+
+
+def _entry_ops(compiled_text: str) -> list[str]:
+    """The opcodes of the compiled entry computation (fusions are not looked into)."""
+    entry = compiled_text[compiled_text.index("\nENTRY"):]
+    ops = re.findall(r"= \S+ (\S+?)\(", entry)
+    return [op for op in ops if op not in ("parameter", "constant")]
+
+
+@pytest.mark.skipif(not CPU_LOWERINGS, reason="the padded lowering needs JAX 0.7.0 (lax.platform_dependent)")
+@pytest.mark.parametrize(
+    "name, fn, data_shape, indices",
+    [
+        ("gather_elements", lambda d, i: jax_gather.gather_elements(d, i, 0), (64, 48),
+         np.zeros((64, 48), np.int32)),
+        ("gather_nd scalars", lambda d, i: jax_gather.gather_nd(d, i), (64, 48), np.zeros((1000, 2), np.int32)),
+        ("large data, few reads", lambda d, i: jax_gather.gather_nd(d, i), (2048, 2048), np.zeros((5, 2), np.int32)),
+        ("vmap", jax.vmap(lambda d, i: jax_gather.gather_elements(d, i, 1)), (4, 64, 48),
+         np.zeros((4, 64, 48), np.int32)),
+        ("gather_nd batch_dims=1", lambda d, i: jax_gather.gather_nd(d, i, 1), (8, 64, 48),
+         np.zeros((8, 100, 2), np.int32)),
+    ],
+)
+def test_the_pad_is_fused_into_the_gather(name, fn, data_shape, indices):
+    # The lowering is only cheaper because XLA never materialises the padded copy of data.
+    text = jax.jit(fn).lower(jnp.zeros(data_shape, jnp.float32), jnp.asarray(indices)).compile().as_text()
+    assert " pad(" in text, name  # the padded lowering was taken
+    assert "select" not in text, name
+    ops = _entry_ops(text)
+    assert ops and set(ops) <= {"fusion", "bitcast"}, (name, ops)
+
+
+def _out_of_bounds_indices(rng, size, shape, dtype=np.int32):
+    """Indices of every kind for an axis of ``size``: in range, negative, just outside on both
+    ends, and at the ends of the dtype."""
+    info = np.iinfo(dtype)
+    edges = [0, size - 1, -1, -size, size, -size - 1, 2 * size, info.min, info.max]
+    values = rng.integers(-size - 2, size + 2, shape).astype(dtype)
+    flat = values.reshape(-1)
+    flat[: len(edges)] = edges[: flat.size]
+    return values
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(f"u{x.dtype.itemsize}") if x.dtype.kind in "fc" else x
+
+
+@pytest.mark.parametrize(
+    "dtype, fill, expected_fill",
+    [(np.float32, -7.5, -7.5), (np.float32, None, np.nan), (np.float16, 3.0, 3.0), (np.int8, -3, -3),
+     (np.uint8, 200, 200), (np.bool_, True, True), (np.int32, None, -(2**31)), (np.complex64, 2 - 1j, 2 - 1j),
+     (np.float64, -0.0, -0.0), (np.int64, 7, 7)],
+)
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_padded_fill_matches_the_reference(dtype, fill, expected_fill, jit):
+    wide = np.dtype(dtype).itemsize == 8
+    with enable_x64(wide):
+        rng = np.random.default_rng(0)
+        if dtype == np.bool_:
+            data = rng.integers(0, 2, (6, 7, 5)).astype(bool)
+        else:
+            # Random bytes: for floats every bit pattern, so a conversion on the way (NaN
+            # payloads, -0.0, subnormals) would show.
+            data = np.frombuffer(rng.bytes(6 * 7 * 5 * np.dtype(dtype).itemsize), dtype).reshape(6, 7, 5)
+        index_dtype = np.int64 if wide else np.int32
+        ge = _out_of_bounds_indices(rng, 7, (6, 9, 5), index_dtype)
+        nd = np.stack([_out_of_bounds_indices(rng, s, (40,), index_dtype) for s in (6, 7, 5)], axis=-1)
+        nd_bd = np.stack([_out_of_bounds_indices(rng, s, (6, 30), index_dtype) for s in (7, 5)], axis=-1)
+        calls = [
+            (lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill", fill_value=fill), ge,
+             reference.gather_elements(data, ge, 1, mode="fill", fill=expected_fill)),
+            (lambda d, i: jax_gather.gather_nd(d, i, mode="fill", fill_value=fill), nd,
+             reference.gather_nd(data, nd, 0, mode="fill", fill=expected_fill)),
+            (lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill", fill_value=fill), nd_bd,
+             reference.gather_nd(data, nd_bd, 1, mode="fill", fill=expected_fill)),
+        ]
+        for fn, indices, expected in calls:
+            out = np.asarray((jax.jit(fn) if jit else fn)(data, indices))
+            assert out.dtype == data.dtype
+            np.testing.assert_array_equal(_bits(out), _bits(expected.astype(dtype)))
+
+
+def test_wide_indices_past_int32_read_the_fill():
+    with enable_x64(True):
+        data = np.arange(12, dtype=np.float32).reshape(3, 4)
+        indices = np.array([[0, 2**32 + 1], [-(2**32) - 1, 1], [2**62, -(2**63)]], np.int64)
+        out = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, mode="fill", fill_value=-1.0))(data, indices)
+        np.testing.assert_array_equal(np.asarray(out), [-1.0, -1.0, -1.0])
+
+
+def _fill_mode_sum(data, fill, indices, cotangent):
+    return jnp.sum(jax_gather.gather_elements(data, indices, 1, mode="fill", fill_value=fill) * cotangent)
+
+
+def test_padded_fill_differentiates_as_the_select():
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((5, 6)).astype(np.float32)
+    indices = _out_of_bounds_indices(rng, 6, (5, 8))
+    cotangent = rng.standard_normal((5, 8)).astype(np.float32)
+    grad = jax.jit(jax.grad(_fill_mode_sum, argnums=(0, 1)))
+    d_data, d_fill = grad(data, jnp.float32(-2.0), indices, cotangent)
+    inside = (indices >= -6) & (indices < 6)
+    expected = np.zeros_like(data)
+    rows = np.broadcast_to(np.arange(5)[:, None], indices.shape)
+    np.add.at(expected, (rows[inside], indices[inside] % 6), cotangent[inside])
+    np.testing.assert_allclose(np.asarray(d_data), expected, rtol=1e-6)
+    np.testing.assert_allclose(float(d_fill), cotangent[~inside].sum(), rtol=1e-5)
+    # Forward and reverse mode, to second order, against finite differences.
+    f = lambda d, fill: _fill_mode_sum(d, fill, indices, cotangent)
+    with enable_x64(True):
+        check_grads(f, (data.astype(np.float64), np.float64(-2.0)), order=2, modes=("fwd", "rev"))
+
+
+def test_padded_fill_under_vmap_and_checkify():
+    data = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    indices = np.array([[[0, 4, -1, -5]] * 3, [[1, 2, 3, -4]] * 3])
+    out = jax.jit(jax.vmap(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill", fill_value=-1.0)))(
+        data, indices)
+    expected = np.stack([reference.gather_elements(data[b], indices[b], 1, mode="fill", fill=-1.0) for b in range(2)])
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    checked = jax_gather.checked(jax.jit(lambda d, i: jax_gather.gather_elements(d, i, 2)))
+    with pytest.raises(IndexError, match=r"indices\[0, 0, 1\] = 4 is out of bounds for axis 2 of size 4"):
+        checked(data, indices)
