@@ -86,7 +86,9 @@ def _entry_ops(compiled_text: str) -> list[str]:
 )
 def test_the_pad_is_fused_into_the_gather(name, fn, data_shape, indices):
     # The lowering is only cheaper because XLA never materialises the padded copy of data.
-    text = jax.jit(fn).lower(jnp.zeros(data_shape, jnp.float32), jnp.asarray(indices)).compile().as_text()
+    cpu = jax.devices("cpu")[0]  # the lowering is CPU-only; on a GPU host jit follows the inputs
+    data = jax.device_put(jnp.zeros(data_shape, jnp.float32), cpu)
+    text = jax.jit(fn).lower(data, jax.device_put(indices, cpu)).compile().as_text()
     assert " pad(" in text, name  # the padded lowering was taken
     assert "select" not in text, name
     ops = _entry_ops(text)
@@ -128,11 +130,14 @@ def test_padded_fill_matches_the_reference(dtype, fill, expected_fill, jit):
             data = np.frombuffer(rng.bytes(6 * 7 * 5 * np.dtype(dtype).itemsize), dtype).reshape(6, 7, 5)
         index_dtype = np.int64 if wide else np.int32
         ge = _out_of_bounds_indices(rng, 7, (6, 9, 5), index_dtype)
+        ge_block = _out_of_bounds_indices(rng, 7, (4, 3, 2), index_dtype)  # reads data[:4, :, :2]
         nd = np.stack([_out_of_bounds_indices(rng, s, (40,), index_dtype) for s in (6, 7, 5)], axis=-1)
         nd_bd = np.stack([_out_of_bounds_indices(rng, s, (6, 30), index_dtype) for s in (7, 5)], axis=-1)
         calls = [
             (lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill", fill_value=fill), ge,
              reference.gather_elements(data, ge, 1, mode="fill", fill=expected_fill)),
+            (lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill", fill_value=fill), ge_block,
+             reference.gather_elements(data, ge_block, 1, mode="fill", fill=expected_fill)),
             (lambda d, i: jax_gather.gather_nd(d, i, mode="fill", fill_value=fill), nd,
              reference.gather_nd(data, nd, 0, mode="fill", fill=expected_fill)),
             (lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill", fill_value=fill), nd_bd,
