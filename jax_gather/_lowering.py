@@ -92,12 +92,18 @@ def fills_from_padding(shape: tuple, dtype: Any, plan: GatherPlan) -> bool:
     """Whether the CPU lowering reads ``fill`` from a padded data rather than selecting it.
 
     Taken where every output element is one element of data (GatherElements, GatherND of full
-    index tuples, Gather on 1-D data), except for bfloat16 (measured slower there). XLA fuses
-    the pad into the gather, so data is never copied (tests/test_padded_fill.py asserts it);
-    what remains is the pad's bound check on each read, which measured cheaper than the select
-    of the mask over the output (docs/performance.md).
+    index tuples, Gather on 1-D data), except for bfloat16 (measured slower there) and where the
+    process has several CPU devices (sharding, below). XLA fuses the pad into the gather, so
+    data is never copied (tests/test_padded_fill.py asserts it); what remains is the pad's
+    bound check on each read, which measured cheaper than the select of the mask over the
+    output (docs/performance.md).
     """
     if not CPU_LOWERINGS or plan.dimension_numbers.offset_dims or dtype == jnp.bfloat16:
+        return False
+    # With several CPU devices (a simulated mesh) data may be sharded along an indexed axis,
+    # and padding a sharded dim makes the partitioner move data between devices (a
+    # collective-permute the select does not need): there the select stays.
+    if len(jax.devices("cpu")) > 1:
         return False
     # Symbolic dims (jax.export) keep the select, so a program exported for several platforms
     # holds one gather, as it does for the narrow view.

@@ -3,7 +3,11 @@ read ``fill_value`` from a pad of data instead of a select after the gather. Whi
 it, that only the CPU lowering has it, that XLA fuses the pad (data is never copied), that it
 is exact in every out-of-bounds direction and dtype, and that it differentiates as the select."""
 
+import os
+import pathlib
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -190,3 +194,28 @@ def test_padded_fill_under_vmap_and_checkify():
     checked = jax_gather.checked(jax.jit(lambda d, i: jax_gather.gather_elements(d, i, 2)))
     with pytest.raises(IndexError, match=r"indices\[0, 0, 1\] = 4 is out of bounds for axis 2 of size 4"):
         checked(data, indices)
+
+
+_MESH_CHILD = """
+import re, jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import jax_gather
+from jax_gather import plans
+from jax_gather._lowering import fills_from_padding
+assert len(jax.devices("cpu")) == 8
+plan = plans.gather_elements_plan((64, 48), (64, 48), 1)
+print("padded:", fills_from_padding((64, 48), np.float32, plan))
+mesh = Mesh(np.array(jax.devices()), ("x",))
+put = lambda x: jax.device_put(x, NamedSharding(mesh, P(None, "x")))
+text = jax.jit(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill")).lower(
+    put(jnp.zeros((64, 48))), put(jnp.zeros((64, 48), jnp.int32))).compile().as_text()
+print("collective-permute:", "collective-permute" in text)
+"""
+
+
+def test_several_cpu_devices_keep_the_select():
+    # Padding the sharded indexed axis would add a collective-permute of data's blocks.
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", _MESH_CHILD], env=env, capture_output=True, text=True,
+                         check=True, cwd=pathlib.Path(__file__).resolve().parents[1]).stdout
+    assert "padded: False" in out and "collective-permute: False" in out, out
