@@ -211,6 +211,12 @@ def working_indices(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: 
     return lax.bitcast_convert_type(in_range, target)
 
 
+def index_vectors(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False) -> jax.Array:
+    """``working_indices`` with the index-vector dim the gather expects."""
+    idx = working_indices(plan, indices, clip, past_end)
+    return idx[..., None] if plan.append_index_vector_dim else idx
+
+
 def narrow_host_indices(indices: np.ndarray) -> np.ndarray:
     """With x64 off JAX would wrap 64-bit indices to int32; saturate them instead."""
     if jax.config.jax_enable_x64 or indices.dtype.itemsize < 8:

@@ -103,16 +103,24 @@ def fills_from_padding(shape: tuple, dtype: Any, plan: GatherPlan) -> bool:
     # With several CPU devices (a simulated mesh) data may be sharded along an indexed axis,
     # and padding a sharded dim makes the partitioner move data between devices (a
     # collective-permute the select does not need): there the select stays.
-    if len(jax.devices("cpu")) > 1:
+    if _cpu_devices() != 1:
         return False
     # Symbolic dims (jax.export) keep the select, so a program exported for several platforms
     # holds one gather, as it does for the narrow view.
     return _static(shape, plan.output_shape)
 
 
-def _select_fill(data, indices, ok, fill, plan):
-    idx = _bounds.working_indices(plan, indices, clip=False)
-    out = gather(data, idx[..., None] if plan.append_index_vector_dim else idx, plan)
+def _cpu_devices() -> int:
+    try:
+        return len(jax.devices("cpu"))
+    except RuntimeError:  # no CPU backend (JAX_PLATFORMS without "cpu"): no CPU lowering runs
+        return 0
+
+
+def _select_fill(
+    data: jax.Array, indices: jax.Array, ok: jax.Array, fill: jax.Array, plan: GatherPlan
+) -> jax.Array:
+    out = gather(data, _bounds.index_vectors(plan, indices, clip=False), plan)
     batch_positions = tuple(
         d for d in range(len(plan.output_shape)) if d not in plan.dimension_numbers.offset_dims
     )
@@ -121,14 +129,15 @@ def _select_fill(data, indices, ok, fill, plan):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
-def _read_fill_from_padding(data, indices, ok, fill, plan):
+def _read_fill_from_padding(
+    data: jax.Array, indices: jax.Array, ok: jax.Array, fill: jax.Array, plan: GatherPlan
+) -> jax.Array:
     del ok  # an out-of-bounds index reads the padding instead
     padding = [(0, 0, 0)] * data.ndim
     for axis in plan.dimension_numbers.start_index_map:
         padding[axis] = (0, 1, 0)
     padded = lax.pad(data, fill, padding)
-    idx = _bounds.working_indices(plan, indices, clip=False, past_end=True)
-    return _direct(padded, idx[..., None] if plan.append_index_vector_dim else idx, plan)
+    return _direct(padded, _bounds.index_vectors(plan, indices, clip=False, past_end=True), plan)
 
 
 @_read_fill_from_padding.defjvp

@@ -83,8 +83,7 @@ def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan:
     if needs_mask:
         out = _lowering.gather_or_fill(data, indices, ok, fill, plan)
     else:
-        idx = _bounds.working_indices(plan, indices, clip=mode == "clip")
-        out = _lowering.gather(data, idx[..., None] if plan.append_index_vector_dim else idx, plan)
+        out = _lowering.gather(data, _bounds.index_vectors(plan, indices, clip=mode == "clip"), plan)
     chex.assert_shape(out, plan.output_shape)
     return out
 
