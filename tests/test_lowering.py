@@ -15,6 +15,7 @@ import jax_gather
 from jax_gather import plans
 from jax_gather._lowering import BFLOAT16_ROWS_FROM, CPU_LOWERINGS, SHORT_ROWS, _release, row_view_dtype
 from tests import reference
+from tests.programs import bits, module_for
 from tests.compat import enable_x64
 
 
@@ -64,29 +65,21 @@ def test_symbolic_dims_keep_the_direct_gather():
     assert row_view_dtype((n, 32), np.float32, plans.gather_plan((n, 32), (4,), 0)) is None
 
 
-def _module(fn, data, indices, platform):
-    return export.export(jax.jit(fn), platforms=(platform,))(data, indices).mlir_module()
-
-
 @pytest.mark.parametrize("dtype, cpu_operand", [(np.float32, "tensor<50x128xui8>"), (np.int8, "tensor<50x64xui4>")])
 def test_cpu_gathers_narrow_units_and_other_platforms_the_direct_gather(dtype, cpu_operand):
     data, indices = np.zeros((50, 32), dtype), np.array([3, -1, 7])
     fn = lambda d, i: jax_gather.gather(d, i)
     for platform in ("cpu", "cuda", "tpu"):
-        module = _module(fn, data, indices, platform)
+        module = module_for(fn, (data, indices), platform)
         gathers = re.findall(r"stablehlo.gather\b.*", module)
         assert len(gathers) == 1, module
         # On CPU: 32 float32 as 128 bytes, 32 int8 as 64 nibbles; elsewhere the rows of 32.
         assert (cpu_operand in gathers[0]) == (platform == "cpu" and CPU_LOWERINGS), (platform, gathers[0])
 
 
-def _bits(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x).view(f"u{np.dtype(x.dtype).itemsize}")
-
-
 def _xla_gather_keeps_bfloat16_nan_payloads() -> bool:
     payload = np.array([0x7FCA, 0xFF81], np.uint16).view(ml_dtypes.bfloat16)
-    return bool(np.array_equal(_bits(jax.jit(lambda d: d[jnp.array([1, 0])])(payload)), _bits(payload[::-1])))
+    return bool(np.array_equal(bits(jax.jit(lambda d: d[jnp.array([1, 0])])(payload)), bits(payload[::-1])))
 
 
 def _assert_same_bits(out, expected) -> None:
@@ -98,7 +91,7 @@ def _assert_same_bits(out, expected) -> None:
         nan = np.isnan(expected.astype(np.float32))
         np.testing.assert_array_equal(np.isnan(out.astype(np.float32)), nan)
         out, expected = np.where(nan, 0, out), np.where(nan, 0, expected)
-    np.testing.assert_array_equal(_bits(out), _bits(expected))
+    np.testing.assert_array_equal(bits(out), bits(expected))
 
 
 def _special_values(dtype, shape) -> np.ndarray:

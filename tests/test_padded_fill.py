@@ -21,6 +21,7 @@ import jax_gather
 from jax_gather import plans
 from jax_gather._lowering import CPU_LOWERINGS, fills_from_padding
 from tests import reference
+from tests.programs import bits, module_for
 from tests.compat import enable_x64
 
 
@@ -50,17 +51,13 @@ def test_symbolic_dims_keep_the_select():
     assert not fills_from_padding((10,), np.float32, plans.gather_plan((10,), (n,), 0))
 
 
-def _module(fn, args, platform):
-    return export.export(jax.jit(fn), platforms=(platform,))(*args).mlir_module()
-
-
 def test_cpu_reads_fill_from_padding_and_other_platforms_select():
     # (The traced check of "checked" has selects of its own until XLA drops it; the compiled
     # program of the default mode is tested below.)
     data, indices = np.zeros((6, 7), np.float32), np.zeros((6, 7), np.int32)
     fn = lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill")
     for platform in ("cpu", "cuda", "tpu"):
-        module = _module(fn, (data, indices), platform)
+        module = module_for(fn, (data, indices), platform)
         assert module.count('"stablehlo.gather"') == 1, module
         on_cpu = platform == "cpu" and CPU_LOWERINGS
         assert ("stablehlo.pad" in module) == on_cpu, (platform, module)
@@ -110,11 +107,6 @@ def _out_of_bounds_indices(rng, size, shape, dtype=np.int32):
     return values
 
 
-def _bits(x):
-    x = np.asarray(x)
-    return x.view(f"u{x.dtype.itemsize}") if x.dtype.kind in "fc" else x
-
-
 @pytest.mark.parametrize(
     "dtype, fill, expected_fill",
     [(np.float32, -7.5, -7.5), (np.float32, None, np.nan), (np.float16, 3.0, 3.0), (np.int8, -3, -3),
@@ -150,7 +142,7 @@ def test_padded_fill_matches_the_reference(dtype, fill, expected_fill, jit):
         for fn, indices, expected in calls:
             out = np.asarray((jax.jit(fn) if jit else fn)(data, indices))
             assert out.dtype == data.dtype
-            np.testing.assert_array_equal(_bits(out), _bits(expected.astype(dtype)))
+            np.testing.assert_array_equal(bits(out), bits(expected.astype(dtype)))
 
 
 def test_wide_indices_past_int32_read_the_fill():
