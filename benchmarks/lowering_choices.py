@@ -127,7 +127,7 @@ def _signed_fill(plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn
             idx = idx[..., None]
         else:
             ok = jnp.all(ok, axis=-1)
-        out = lax.gather(d, idx, plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
+        out = _lowering.gather(d, idx, plan)  # the library's own gather, so only the arithmetic differs
         return jnp.where(ok, out, jnp.zeros((), d.dtype))
     return f
 
@@ -140,6 +140,26 @@ def _fill_by(lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.Ga
         ok = _bounds.in_bounds_mask(plan, i)
         ok = ok if plan.append_index_vector_dim else jnp.all(ok, axis=-1)
         return lowering(d, i, ok, jnp.zeros((), d.dtype), plan)
+    return f
+
+
+# ---- GatherND element gathers on CPU: one linear index, or the index tuple -------------------------
+
+def _tuples(batch_dims: int) -> Fn:
+    """The gather of index tuples, with the library's own index arithmetic before it."""
+    def f(d, i):
+        plan = plans.gather_nd_plan(d.shape, i.shape, batch_dims)
+        return _lowering._direct(d, _bounds.index_vectors(plan, i, clip=False), plan)
+    return f
+
+
+def _tuple_select(batch_dims: int) -> Fn:
+    """"fill" as the select after the gather of index tuples (the library's bfloat16 fill
+    before the linear index)."""
+    def f(d, i):
+        plan = plans.gather_nd_plan(d.shape, i.shape, batch_dims)
+        ok = jnp.all(_bounds.in_bounds_mask(plan, i), axis=-1)
+        return _bounds.select_exact(ok, _tuples(batch_dims)(d, i), jnp.zeros((), d.dtype))
     return f
 
 
@@ -192,6 +212,7 @@ def choices() -> list[Choice]:
     nd_rows = lambda sc: (_data(_s(256, sc), _s(256, sc), _s(64, sc)), _ints(_s(256, sc), _s(100000, sc), 2))
     nd_scalars = lambda sc: (_data(_s(1024, sc), _s(1024, sc)), _ints(_s(1024, sc), _s(1000000, sc), 2))
     axis1 = lambda sc: (_data(_s(512, sc), _s(4096, sc)), _ints(_s(4096, sc), _s(2048, sc)))
+    nd_scalars3 = lambda sc: (_data(_s(100, sc), _s(100, sc), _s(100, sc)), _ints(_s(100, sc), _s(1000000, sc), 3))
     narrow_embedding = lambda sc: (_data(_s(50000, sc), _s(32, sc)), _ints(_s(50000, sc), _s(65536, sc)))
     g, ge_op, nd = jax_gather.gather, jax_gather.gather_elements, jax_gather.gather_nd
     ge_plan, nd_plan = plans.gather_elements_plan, plans.gather_nd_plan
@@ -199,6 +220,7 @@ def choices() -> list[Choice]:
     unsigned = "fill: unsigned min(i, i+s, s-1) (vs a select to normalise and a signed clamp)"
     padded = "fill on CPU: read from a pad of data (vs a select after the gather)"
     short_rows = "rows of 16-64 elements in narrower units on CPU (vs the direct gather)"
+    linear = "GatherND elements on CPU: one linear index (vs the index tuple)"
     return [
         Choice("batch dims as operand_batching_dims (vs iota index components)",
                "gather_elements axis 0, 2048x2048", ge, _elements_batching(0), _elements_iota(0)),
@@ -234,6 +256,25 @@ def choices() -> list[Choice]:
         Choice("fill on CPU: the select for bfloat16 (vs reading it from a pad of data, rejected)",
                "gather_nd scalars bfloat16", _as(jnp.bfloat16, nd_scalars), _ours(nd, 0, "fill"),
                _fill_by(_lowering._read_fill_from_padding, nd_plan, 0)),
+        Choice(linear, "gather_nd scalars", nd_scalars, _ours(nd, 0, "promise_in_bounds"), _tuples(0)),
+        Choice(linear, "gather_nd scalars int8", _as(np.int8, nd_scalars), _ours(nd, 0, "promise_in_bounds"),
+               _tuples(0)),
+        Choice(linear, "gather_nd batch_dims=1 scalars", nd_bd1_scalars, _ours(nd, 1, "promise_in_bounds"),
+               _tuples(1)),
+        Choice(linear, "gather_nd scalars bfloat16", _as(jnp.bfloat16, nd_scalars),
+               _ours(nd, 0, "promise_in_bounds"), _tuples(0)),
+        Choice(linear + ", the fill selected after it", "gather_nd scalars bfloat16",
+               _as(jnp.bfloat16, nd_scalars), _ours(nd, 0, "fill"), _tuple_select(0)),
+        Choice(linear + ", backward through it", "grad of gather_nd scalars", nd_scalars,
+               _grad(_ours(nd, 0, "clip")), _grad(_tuples(0))),
+        Choice(linear + ", backward through it", "grad of gather_nd batch_dims=1 scalars", nd_bd1_scalars,
+               _grad(_ours(nd, 1, "clip")), _grad(_tuples(1))),
+        Choice(linear, "gather_nd scalars, 100x100x100", nd_scalars3, _ours(nd, 0, "promise_in_bounds"),
+               _tuples(0)),
+        Choice(linear + ", backward through it", "grad of gather_nd scalars, 100x100x100", nd_scalars3,
+               _grad(_ours(nd, 0, "clip")), _grad(_tuples(0))),
+        Choice(linear, "gather_nd scalars float64", _as(np.float64, nd_scalars),
+               _ours(nd, 0, "promise_in_bounds"), _tuples(0), x64=True),
         Choice("int32 working indices where the axes allow (vs int64)",
                "gather_elements axis 0, 2048x2048", ge, _plain(plans.gather_elements_plan, 0, jnp.int32),
                _plain(plans.gather_elements_plan, 0, jnp.int64), x64=True),
