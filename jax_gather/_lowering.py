@@ -23,8 +23,8 @@ are clamped and combined in vector lanes, and the loads put back into a vector o
 time. The CPU lowering flattens the indexed dims of data into one (a free reshape) and gathers
 by one linear index, computed from the components after each is clamped to its own axis, so
 the bounds stay per axis: LLVM keeps that loop scalar (1.1-1.2x faster on the benchmark's
-shapes). It is differentiated as it is: the transpose scatters by the same linear index, 1.3-2x
-faster than the tuple scatter. The index is int64 where the flattened dim has 2**31 elements
+shapes). It is differentiated as it is: the transpose scatters by the same linear index,
+1.2-2.1x faster than the tuple scatter. The index is int64 where the flattened dim has 2**31 elements
 or more (without x64 the tuple gather stays), and it is kept to one CPU device, where no indexed
 dim can be sharded (docs/performance.md).
 
@@ -157,8 +157,8 @@ def _read_fill_from_padding(
 
 @_read_fill_from_padding.defjvp
 def _read_fill_from_padding_jvp(plan, primals, tangents):
-    # Differentiated as the select, whose transpose scatters into data's own shape; the pad's
-    # would scatter into the padded shape and then copy out the slice.
+    # Differentiated as the select, whose transpose scatters into data itself; the pad's would
+    # scatter into the padded shape and then copy out the slice.
     data, indices, ok, fill = primals
     data_dot, _, _, fill_dot = tangents
     return _read_fill_from_padding(*primals, plan), _select_fill(data_dot, indices, ok, fill_dot, plan)
