@@ -81,9 +81,10 @@ def gather(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
             # unsolvable dim variable); JAX's own rule, a strided scatter, exports everywhere.
             return _direct(data, idx, plan)
         return _gather_off_leading_axis(data, idx, plan)
-    if row_view_dtype(data.shape, data.dtype, plan) is not None:
-        return _gather_in_units(data, idx, plan)
-    if flat_index_dtype(data.shape, plan) is not None:
+    cpu = _cpu_lowering(data.shape, data.dtype, plan)
+    if cpu is _as_units:
+        return _gather_in_units(data, idx, plan)  # bitcasts have no derivative: the direct gather's
+    if cpu is _as_flat:
         return _fastest(data, idx, plan)  # differentiable as it is (see the module's docstring)
     return _direct(data, idx, plan)
 
@@ -113,15 +114,21 @@ def fills_from_padding(shape: tuple, dtype: Any, plan: GatherPlan) -> bool:
     bound check on each read, which measured cheaper than the select of the mask over the
     output (docs/performance.md).
     """
-    if not CPU_LOWERINGS or plan.dimension_numbers.offset_dims or dtype == jnp.bfloat16:
+    return dtype != jnp.bfloat16 and _element_gather_on_one_cpu(shape, plan)
+
+
+def _element_gather_on_one_cpu(shape: tuple, plan: GatherPlan) -> bool:
+    """Whether ``plan`` takes one element of data per output element, with static dims, in a
+    process with one CPU device: where the padded fill and the linear index may be used."""
+    if not CPU_LOWERINGS or plan.dimension_numbers.offset_dims:
         return False
-    # With several CPU devices (a simulated mesh) data may be sharded along an indexed axis,
-    # and padding a sharded dim makes the partitioner move data between devices (a
-    # collective-permute the select does not need): there the select stays.
+    # With several CPU devices (a simulated mesh) data may be sharded along an indexed axis;
+    # padding or flattening a sharded dim makes the partitioner move data between devices (a
+    # collective-permute, an all-gather) that the select and the tuple gather do not need.
     if _cpu_devices() != 1:
         return False
-    # Symbolic dims (jax.export) keep the select, so a program exported for several platforms
-    # holds one gather, as it does for the narrow view.
+    # Symbolic dims (jax.export) keep the select and the tuples, so a program exported for
+    # several platforms holds one gather, as it does for the narrow view.
     return _static(shape, plan.output_shape)
 
 
@@ -210,12 +217,7 @@ def flat_index_dtype(shape: tuple, plan: GatherPlan) -> Any:
     flattened). The index is int32 where the flattened dim fits it, else int64, which needs
     ``jax_enable_x64``: without it the tuple gather stays, so no linear offset ever wraps.
     """
-    dn = plan.dimension_numbers
-    if not CPU_LOWERINGS or dn.offset_dims or len(dn.start_index_map) < 2:
-        return None
-    if not _static(shape, plan.output_shape):
-        return None
-    if _cpu_devices() != 1:
+    if len(plan.index_axes) < 2 or not _element_gather_on_one_cpu(shape, plan):
         return None
     dtype = _linear_dtype(plan)
     return dtype if dtype == jnp.int32 or jax.config.jax_enable_x64 else None

@@ -5,11 +5,7 @@ offset is int64 where int32 would wrap (and the tuple gather stays where int64 i
 it is exact in every mode and dtype it takes, and that its gradient is right (a scatter by the
 same linear index)."""
 
-import os
-import pathlib
 import re
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +20,7 @@ from jax_gather import _lowering, plans
 from jax_gather._lowering import CPU_LOWERINGS, flat_index_dtype
 from tests import reference
 from tests.compat import enable_x64
-from tests.programs import bits, module_for
+from tests.programs import bits, module_for, random_bits, run_with_cpu_devices
 
 I32 = jnp.int32
 # 2**31 + 65536 elements: one past what an int32 offset addresses, without allocating them.
@@ -113,13 +109,6 @@ def test_int64_offsets_compute_the_same_elements(monkeypatch):
         np.testing.assert_array_equal(np.asarray(fn(data, indices)), reference.gather_nd(data, indices, 1))
 
 
-def _random_bits(rng, dtype, shape):
-    if dtype == np.bool_:
-        return rng.integers(0, 2, shape).astype(bool)
-    # Every bit pattern, so a conversion on the way (NaN payloads, -0.0) would show.
-    return np.frombuffer(rng.bytes(int(np.prod(shape)) * np.dtype(dtype).itemsize), dtype).reshape(shape)
-
-
 def _tuples(rng, sizes, lead, outside):
     """Index tuples of ``lead`` shape into axes of ``sizes``: negatives included, and with
     ``outside`` every kind of out-of-bounds component (just past each end, far, the dtype's ends)."""
@@ -148,7 +137,7 @@ def _every_mode_matches_the_reference(dtype, jit):
     cases = []
     # Two, three and four indexed axes after 0, 1 or 2 batch dims.
     for shape, batch_dims in [((5, 6), 0), ((3, 5, 6), 1), ((3, 4, 5, 6), 2), ((4, 5, 6), 0), ((3, 4, 5, 6), 0)]:
-        data = _random_bits(rng, dtype, shape)
+        data = random_bits(rng, dtype, shape)
         sizes = shape[batch_dims:]
         inside = _tuples(rng, sizes, shape[:batch_dims] + (7, 5), outside=False)
         outside = _tuples(rng, sizes, shape[:batch_dims] + (7, 5), outside=True)
@@ -242,8 +231,6 @@ print("all-gather:", "all-gather" in fn.lower(data, indices).compile().as_text()
 
 def test_several_cpu_devices_keep_the_tuple_gather():
     # Flattening dims of which the second is sharded would gather data's blocks onto every device.
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", _MESH_CHILD], env=env, capture_output=True, text=True,
-                         check=True, cwd=pathlib.Path(__file__).resolve().parents[1]).stdout
+    out = run_with_cpu_devices(_MESH_CHILD)
     assert "linear: None" in out, out
     assert "all-gather: False" in out, out

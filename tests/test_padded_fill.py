@@ -3,11 +3,7 @@ read ``fill_value`` from a pad of data instead of a select after the gather. Whi
 it, that only the CPU lowering has it, that XLA fuses the pad (data is never copied), that it
 is exact in every out-of-bounds direction and dtype, and that it differentiates as the select."""
 
-import os
-import pathlib
 import re
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +17,7 @@ import jax_gather
 from jax_gather import plans
 from jax_gather._lowering import CPU_LOWERINGS, fills_from_padding
 from tests import reference
-from tests.programs import bits, module_for
+from tests.programs import bits, module_for, random_bits, run_with_cpu_devices
 from tests.compat import enable_x64
 
 
@@ -118,12 +114,7 @@ def test_padded_fill_matches_the_reference(dtype, fill, expected_fill, jit):
     wide = np.dtype(dtype).itemsize == 8
     with enable_x64(wide):
         rng = np.random.default_rng(0)
-        if dtype == np.bool_:
-            data = rng.integers(0, 2, (6, 7, 5)).astype(bool)
-        else:
-            # Random bytes: for floats every bit pattern, so a conversion on the way (NaN
-            # payloads, -0.0, subnormals) would show.
-            data = np.frombuffer(rng.bytes(6 * 7 * 5 * np.dtype(dtype).itemsize), dtype).reshape(6, 7, 5)
+        data = random_bits(rng, dtype, (6, 7, 5))
         index_dtype = np.int64 if wide else np.int32
         ge = _out_of_bounds_indices(rng, 7, (6, 9, 5), index_dtype)
         ge_block = _out_of_bounds_indices(rng, 7, (4, 3, 2), index_dtype)  # reads data[:4, :, :2]
@@ -207,7 +198,5 @@ print("collective-permute:", "collective-permute" in text)
 
 def test_several_cpu_devices_keep_the_select():
     # Padding the sharded indexed axis would add a collective-permute of data's blocks.
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", _MESH_CHILD], env=env, capture_output=True, text=True,
-                         check=True, cwd=pathlib.Path(__file__).resolve().parents[1]).stdout
+    out = run_with_cpu_devices(_MESH_CHILD)
     assert "padded: False" in out and "collective-permute: False" in out, out
