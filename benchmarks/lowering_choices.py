@@ -163,6 +163,17 @@ def _tuple_select(batch_dims: int) -> Fn:
     return f
 
 
+# ---- element gathers' backward pass on CPU: a scatter by one linear index into the whole of data ---
+
+def _clipped_by(lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn:
+    """"clip" with the library's index arithmetic and ``lowering`` as the gather, differentiated
+    as it is (the alternative to the library's linear derivative)."""
+    def f(d, i):
+        plan = plan_fn(d.shape, i.shape, attribute)
+        return lowering(d, _bounds.index_vectors(plan, i, clip=True), plan)
+    return f
+
+
 # ---- the working index dtype -----------------------------------------------------------------------
 
 def _plain(plan_fn: Callable[..., plans.GatherPlan], attribute: int, dtype: Any) -> Fn:
@@ -221,6 +232,7 @@ def choices() -> list[Choice]:
     padded = "fill on CPU: read from a pad of data (vs a select after the gather)"
     short_rows = "rows of 16-64 elements in narrower units on CPU (vs the direct gather)"
     linear = "GatherND elements on CPU: one linear index (vs the index tuple)"
+    backward = "element gathers' backward on CPU: one scatter by a linear index into all of data (vs the gather's own transpose)"
     return [
         Choice("batch dims as operand_batching_dims (vs iota index components)",
                "gather_elements axis 0, 2048x2048", ge, _elements_batching(0), _elements_iota(0)),
@@ -275,6 +287,14 @@ def choices() -> list[Choice]:
                _grad(_ours(nd, 0, "clip")), _grad(_tuples(0))),
         Choice(linear, "gather_nd scalars float64", _as(np.float64, nd_scalars),
                _ours(nd, 0, "promise_in_bounds"), _tuples(0), x64=True),
+        Choice(backward, "grad of gather_elements axis -1, 2048x2048", ge, _grad(_ours(ge_op, -1, "clip")),
+               _grad(_clipped_by(_lowering._direct, ge_plan, -1))),
+        Choice(backward, "grad of gather_elements axis 0, 2048x2048", ge, _grad(_ours(ge_op, 0, "clip")),
+               _grad(_clipped_by(_lowering._direct, ge_plan, 0))),
+        Choice(backward, "grad of gather_elements axis 0 bfloat16", _as(jnp.bfloat16, ge),
+               _grad(_ours(ge_op, 0, "clip")), _grad(_clipped_by(_lowering._direct, ge_plan, 0))),
+        Choice(backward + ", batch dims flattened too", "grad of gather_nd batch_dims=1 scalars", nd_bd1_scalars,
+               _grad(_ours(nd, 1, "clip")), _grad(_clipped_by(_lowering._as_flat, nd_plan, 1))),
         Choice("int32 working indices where the axes allow (vs int64)",
                "gather_elements axis 0, 2048x2048", ge, _plain(plans.gather_elements_plan, 0, jnp.int32),
                _plain(plans.gather_elements_plan, 0, jnp.int64), x64=True),
