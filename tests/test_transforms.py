@@ -77,9 +77,13 @@ def test_vmap_matches_per_example(op, ref, shape, indices, attr, in_axes):
 @pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
 def test_grad_is_scatter_add_of_cotangent(op, ref, shape, indices, attr, mode):
     data = _data(shape, np.float64)
+    # The second order costs about 30x the first. "checked" with these concrete in-bounds
+    # indices runs as "promise_in_bounds", which differs from "clip" only in index arithmetic,
+    # where the derivative w.r.t. data does not go: those two check the first order only.
+    order = 2 if mode in ("fill", "clip") else 1
     with enable_x64(True):
         f = lambda d: op(d, indices, attr, mode=mode)
-        check_grads(f, (data,), order=2, modes=("fwd", "rev"))
+        check_grads(f, (data,), order=order, modes=("fwd", "rev"))
         # The VJP is the scatter-add of the cotangent onto the gathered positions.
         ct = _data(f(data).shape, np.float64)
         (grad,) = jax.vjp(f, data)[1](ct)
