@@ -143,14 +143,23 @@ def _fill_by(lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.Ga
     return f
 
 
-# ---- GatherND element gathers on CPU: one linear index, or the index tuple -------------------------
+# ---- element gathers on CPU: one linear index (GatherND forward, every backward), or not ---------
+
+def _gathered_by(
+    lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.GatherPlan], attribute: int, clip: bool = True
+) -> Fn:
+    """``lowering`` as the gather after the library's index arithmetic ("clip"; without ``clip``,
+    negatives normalised only), differentiated as JAX differentiates it: the alternatives to the
+    linear index, forward and backward."""
+    def f(d, i):
+        plan = plan_fn(d.shape, i.shape, attribute)
+        return lowering(d, _bounds.index_vectors(plan, i, clip=clip), plan)
+    return f
+
 
 def _tuples(batch_dims: int) -> Fn:
     """The gather of index tuples, with the library's own index arithmetic before it."""
-    def f(d, i):
-        plan = plans.gather_nd_plan(d.shape, i.shape, batch_dims)
-        return _lowering._direct(d, _bounds.index_vectors(plan, i, clip=False), plan)
-    return f
+    return _gathered_by(_lowering._direct, plans.gather_nd_plan, batch_dims, clip=False)
 
 
 def _tuple_select(batch_dims: int) -> Fn:
@@ -160,17 +169,6 @@ def _tuple_select(batch_dims: int) -> Fn:
         plan = plans.gather_nd_plan(d.shape, i.shape, batch_dims)
         ok = jnp.all(_bounds.in_bounds_mask(plan, i), axis=-1)
         return _bounds.select_exact(ok, _tuples(batch_dims)(d, i), jnp.zeros((), d.dtype))
-    return f
-
-
-# ---- element gathers' backward pass on CPU: a scatter by one linear index into the whole of data ---
-
-def _clipped_by(lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn:
-    """"clip" with the library's index arithmetic and ``lowering`` as the gather, differentiated
-    as it is (the alternative to the library's linear derivative)."""
-    def f(d, i):
-        plan = plan_fn(d.shape, i.shape, attribute)
-        return lowering(d, _bounds.index_vectors(plan, i, clip=True), plan)
     return f
 
 
@@ -288,13 +286,13 @@ def choices() -> list[Choice]:
         Choice(linear, "gather_nd scalars float64", _as(np.float64, nd_scalars),
                _ours(nd, 0, "promise_in_bounds"), _tuples(0), x64=True),
         Choice(backward, "grad of gather_elements axis -1, 2048x2048", ge, _grad(_ours(ge_op, -1, "clip")),
-               _grad(_clipped_by(_lowering._direct, ge_plan, -1))),
+               _grad(_gathered_by(_lowering._direct, ge_plan, -1))),
         Choice(backward, "grad of gather_elements axis 0, 2048x2048", ge, _grad(_ours(ge_op, 0, "clip")),
-               _grad(_clipped_by(_lowering._direct, ge_plan, 0))),
+               _grad(_gathered_by(_lowering._direct, ge_plan, 0))),
         Choice(backward, "grad of gather_elements axis 0 bfloat16", _as(jnp.bfloat16, ge),
-               _grad(_ours(ge_op, 0, "clip")), _grad(_clipped_by(_lowering._direct, ge_plan, 0))),
+               _grad(_ours(ge_op, 0, "clip")), _grad(_gathered_by(_lowering._direct, ge_plan, 0))),
         Choice(backward + ", batch dims flattened too", "grad of gather_nd batch_dims=1 scalars", nd_bd1_scalars,
-               _grad(_ours(nd, 1, "clip")), _grad(_clipped_by(_lowering._as_flat, nd_plan, 1))),
+               _grad(_ours(nd, 1, "clip")), _grad(_gathered_by(_lowering._as_flat, nd_plan, 1))),
         Choice("int32 working indices where the axes allow (vs int64)",
                "gather_elements axis 0, 2048x2048", ge, _plain(plans.gather_elements_plan, 0, jnp.int32),
                _plain(plans.gather_elements_plan, 0, jnp.int64), x64=True),

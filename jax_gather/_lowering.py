@@ -277,13 +277,8 @@ def _linear_in_derivative(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> 
     """The gather whose transpose the backward pass of ``plan``'s element gathers runs: by one
     linear index into the whole of data on CPU where ``flat_index_dtype`` allows, ``_direct``
     elsewhere."""
-    if flat_index_dtype(data.shape, plan) is None:
-        return _direct(data, idx, plan)
-    return lax.platform_dependent(
-        data, idx,
-        cpu=functools.partial(_as_flat_whole, plan=plan),
-        default=functools.partial(_direct, plan=plan),
-    )
+    linear = flat_index_dtype(data.shape, plan) is not None
+    return _on_cpu(_as_flat_whole if linear else None, data, idx, plan)
 
 
 def _cpu_lowering(shape: tuple, dtype: Any, plan: GatherPlan) -> Any:
@@ -305,7 +300,11 @@ def _as_units(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
 
 
 def _fastest(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    cpu = _cpu_lowering(data.shape, data.dtype, plan)
+    return _on_cpu(_cpu_lowering(data.shape, data.dtype, plan), data, idx, plan)
+
+
+def _on_cpu(cpu: Callable[..., jax.Array] | None, data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    """``cpu`` in a CPU lowering and ``_direct`` in any other; ``_direct`` alone without ``cpu``."""
     if cpu is None:
         return _direct(data, idx, plan)
     return lax.platform_dependent(
