@@ -7,6 +7,7 @@ read of row 1 after a wrap to int32.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -21,8 +22,13 @@ from jax_gather.plans import GatherPlan
 _INT32 = np.iinfo(np.int32)
 
 
+@functools.lru_cache(maxsize=64)
+def _is_integer(dtype: np.dtype) -> bool:
+    return jnp.issubdtype(dtype, jnp.integer)
+
+
 def check_index_dtype(op_name: str, dtype: Any) -> None:
-    if not jnp.issubdtype(dtype, jnp.integer):
+    if not _is_integer(dtype):
         raise fail(
             TypeError,
             op_name,
@@ -40,7 +46,7 @@ def _range_text(size: int) -> str:
 
 def raise_if_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> None:
     """Raises IndexError naming the first (C order) out-of-bounds index of concrete indices."""
-    if indices.size == 0:
+    if indices.size == 0 or _all_in_bounds(plan, indices):
         return
     bad = np.zeros(indices.shape, dtype=bool)
     for c, size in enumerate(plan.index_sizes):
@@ -64,6 +70,19 @@ def raise_if_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> None:
         tuple_pos = _position(pos[:-1] + (":",))
         message += f"; it is component {component} of the index tuple {tuple_pos}"
     raise fail(IndexError, plan.op_name, message)
+
+
+def _all_in_bounds(plan: GatherPlan, indices: np.ndarray) -> bool:
+    # Two reductions per component and no temporaries: the common case of an eager call.
+    if plan.append_index_vector_dim:
+        lows, highs = [indices.min()], [indices.max()]
+    else:
+        leading = tuple(range(indices.ndim - 1))
+        lows, highs = indices.min(axis=leading), indices.max(axis=leading)
+    return all(
+        -size <= int(low) and int(high) < size
+        for low, high, size in zip(lows, highs, plan.index_sizes)
+    )
 
 
 def _index_dtype(plan: GatherPlan) -> Any:
@@ -237,10 +256,20 @@ def default_fill_value(dtype: Any) -> Any:
     return True
 
 
-def fill_scalar(op_name: str, fill_value: Any, dtype: Any) -> jax.Array:
-    """``fill_value`` as a scalar of ``dtype``, refusing values the dtype cannot hold."""
+@functools.lru_cache(maxsize=64)
+def _default_fill(dtype: np.dtype) -> np.ndarray:
+    value = np.asarray(default_fill_value(dtype)).astype(dtype)
+    value.flags.writeable = False  # shared by every call
+    return value
+
+
+def fill_scalar(op_name: str, fill_value: Any, dtype: Any) -> jax.Array | np.ndarray:
+    """``fill_value`` as a scalar of ``dtype``, refusing values the dtype cannot hold.
+
+    A concrete value stays a NumPy scalar: making it a ``jax.Array`` here would cost an eager
+    dispatch on every call, several times the time of a small jitted gather."""
     if fill_value is None:
-        return jnp.asarray(default_fill_value(dtype), dtype)
+        return _default_fill(np.dtype(dtype))
     if isinstance(fill_value, jax.core.Tracer):
         if fill_value.shape != () or not jnp.can_cast(fill_value.dtype, dtype, casting="same_kind"):
             raise fail(
@@ -263,7 +292,7 @@ def fill_scalar(op_name: str, fill_value: Any, dtype: Any) -> jax.Array:
             op_name,
             f"fill_value {fill_value!r} cannot be represented in the data dtype {np.dtype(dtype).name}",
         )
-    return jnp.asarray(value.astype(dtype), dtype)
+    return value.astype(dtype)
 
 
 def _fits(value: np.ndarray, dtype: np.dtype) -> bool:

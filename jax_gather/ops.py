@@ -15,13 +15,19 @@ from jax_gather import _bounds, _lowering, _strings
 from jax_gather._checks import check_mode, fail
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
+
+@functools.lru_cache(maxsize=64)
+def _is_boolean_or_numeric(dtype: np.dtype) -> bool:
+    return dtype == np.bool_ or jnp.issubdtype(dtype, jnp.number)
+
+
 def _as_data(op_name: str, data: Any) -> Any:
     if not isinstance(data, jax.Array):  # jax.Array covers tracers too
         data = np.asarray(data)
         if _strings.holds_strings(data):
             return data
     dtype = data.dtype
-    if not (dtype == np.bool_ or jnp.issubdtype(dtype, jnp.number)):
+    if not _is_boolean_or_numeric(dtype):
         raise fail(
             TypeError,
             op_name,
@@ -46,8 +52,18 @@ def _as_indices(op_name: str, indices: Any) -> tuple[Any, np.ndarray | None]:
     return host, host
 
 
-@functools.partial(jax.jit, static_argnames=("plan", "mode"), inline=True)
-def _apply(data: jax.Array, indices: jax.Array, fill: jax.Array | None, *, plan: GatherPlan, mode: str) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("plan", "mode", "fill_bytes"), inline=True)
+def _apply(
+    data: jax.Array,
+    indices: jax.Array,
+    fill: jax.Array | None,
+    *,
+    plan: GatherPlan,
+    mode: str,
+    fill_bytes: bytes | None = None,
+) -> jax.Array:
+    if fill_bytes is not None:
+        fill = np.frombuffer(fill_bytes, data.dtype).reshape(())
     # Trace-time invariants between the plan and the operands (cheap: shapes only).
     batch_rank = len(plan.output_shape) - len(plan.dimension_numbers.offset_dims)
     chex.assert_rank(data, len(plan.slice_sizes))
@@ -112,9 +128,15 @@ def _run(
     if mode == "checked" and concrete is not None:
         _bounds.raise_if_out_of_bounds(plan, np.asarray(concrete))
         mode, fill = "promise_in_bounds", None  # proven in bounds: the plain gather suffices
+    # A concrete fill is static, as jnp.take's is: no transfer on every call (which would also
+    # trip jax.transfer_guard) and no eager dispatch to make it an array. Its bytes are the key,
+    # so NaN fills (never equal to themselves) still hit the compilation cache.
+    fill_bytes = fill.tobytes() if isinstance(fill, np.ndarray) else None
+    if fill_bytes is not None:
+        fill = None
     if isinstance(indices, np.ndarray):
         indices = _bounds.narrow_host_indices(indices)
-    return _apply(data, indices, fill, plan=plan, mode=mode)
+    return _apply(data, indices, fill, plan=plan, mode=mode, fill_bytes=fill_bytes)
 
 
 def gather(

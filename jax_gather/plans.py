@@ -56,6 +56,8 @@ class GatherPlan:
 def _shape(shape: Sequence[int]) -> Shape:
     # Symbolic dims stay as they are: they are hashable, and their comparisons are exact where
     # decidable, so the plan (and its cache) treat them like integers.
+    if all(type(d) is int for d in shape):  # the common case, without the symbolic test
+        return tuple(shape)
     return tuple(d if export.is_symbolic_dim(d) else int(d) for d in shape)
 
 

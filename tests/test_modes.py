@@ -55,6 +55,41 @@ def test_fill_value_may_be_traced():
     np.testing.assert_array_equal(f(np.arange(3.0), np.array([5, 1]), 9.0), [9.0, 1.0])
 
 
+@pytest.mark.parametrize("name", OOB_CASES)
+def test_eager_calls_on_device_arrays_make_no_host_to_device_transfer(name):
+    # A fill value passed to the program as an argument would be an implicit transfer per call.
+    op, ref, idx, attr = OOB_CASES[name]
+    data, bad = jnp.asarray(DATA), jnp.asarray(idx)
+    good = jnp.asarray(np.clip(idx, -1, 1))
+    with jax.transfer_guard_host_to_device("disallow"):
+        outs = {
+            "fill": op(data, bad, attr, mode="fill"),
+            "fill -7": op(data, bad, attr, mode="fill", fill_value=-7),
+            "clip": op(data, bad, attr, mode="clip"),
+            "checked": op(data, good, attr),
+            "promise_in_bounds": op(data, good, attr, mode="promise_in_bounds"),
+        }
+    np.testing.assert_array_equal(outs["fill"], ref(DATA, idx, attr, mode="fill", fill=np.nan))
+    np.testing.assert_array_equal(outs["fill -7"], ref(DATA, idx, attr, mode="fill", fill=-7))
+    np.testing.assert_array_equal(outs["clip"], ref(DATA, idx, attr, mode="clip", fill=None))
+    expected = ref(DATA, np.asarray(good), attr, mode="clip", fill=None)
+    np.testing.assert_array_equal(outs["checked"], expected)
+    np.testing.assert_array_equal(outs["promise_in_bounds"], expected)
+
+
+def test_a_nan_or_signed_zero_fill_value_is_kept_and_compiled_once():
+    from jax_gather import ops
+
+    data, idx = jnp.asarray(DATA[0, 0]), jnp.asarray([9, 1])
+    jax_gather.gather(data, idx, mode="fill", fill_value=float("nan"))
+    compiled = ops._apply._cache_size()
+    out = jax_gather.gather(data, idx, mode="fill", fill_value=float("nan"))  # another NaN object
+    assert ops._apply._cache_size() == compiled
+    assert np.isnan(out[0]) and out[1] == 1
+    zero = jax_gather.gather(data, idx, mode="fill", fill_value=-0.0)
+    assert zero[0] == 0 and np.signbit(zero[0])
+
+
 @pytest.mark.parametrize(
     "dtype, expected",
     [
