@@ -13,7 +13,9 @@ backward pass (gradient w.r.t. data) against jnp's, and the page faults per call
 
 The command applies :func:`jax_gather.tune_cpu_allocator` first (``--no-tune-allocator`` does
 not); ``--compare-allocator`` measures every case a second time in a fresh child process with
-glibc's defaults and prints both side by side.
+glibc's defaults and prints both side by side. JAX's dispatch is left at its default
+(asynchronous) unless ``--sync-dispatch`` is given. Two short calls, a lookup of 64 ids, show
+what fixed costs per call weigh: one jitted, one with every JAX contender called eagerly.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Case:
     negative: bool = False  # draw from [-s, s-1] rather than [0, s-1]
     dtype: str = "float32"
     vmapped: bool = False  # the op is vmapped over the leading dim of data and indices
+    eager: bool = False  # the JAX contenders are called op by op, not jitted
     quick: bool = False
 
     def scaled(self, divisor: int) -> "Case":
@@ -75,7 +78,12 @@ def _cases() -> list[Case]:
     ]
     variants = [dataclasses.replace(c, dtype=dt, name=f"{c.name} {dt}", quick=False)
                 for c in base[:6] for dt in ("bfloat16", "int8")]
-    return base + variants
+    # One batch of 64 tokens: a call short enough that the runtime's fixed costs decide it.
+    small = [
+        Case("gather axis 0, 64 ids", "gather", 0, (50000, 512), (64,)),
+        Case("gather axis 0, 64 ids, eager", "gather", 0, (50000, 512), (64,), eager=True),
+    ]
+    return base + variants + small
 
 
 CASES = _cases()
@@ -185,13 +193,14 @@ def _contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, 
         fn = lambda d, i: op(d, i, case.attribute, mode=mode)
         return jax.vmap(fn) if case.vmapped else fn
 
-    jitted = {
-        "jax_gather": jax.jit(ours("checked")),
-        "jax_gather[promise]": jax.jit(ours("promise_in_bounds")),
-        "jax_gather[fill]": jax.jit(ours("fill")),
-        "jnp": jax.jit(_jnp_equivalent(case)),
+    compiled = (lambda f: f) if case.eager else jax.jit
+    fns = {
+        "jax_gather": compiled(ours("checked")),
+        "jax_gather[promise]": compiled(ours("promise_in_bounds")),
+        "jax_gather[fill]": compiled(ours("fill")),
+        "jnp": compiled(_jnp_equivalent(case)),
     }
-    calls = {name: (lambda f=f: f(d, i).block_until_ready()) for name, f in jitted.items()}
+    calls = {name: (lambda f=f: f(d, i).block_until_ready()) for name, f in fns.items()}
     ort = _onnxruntime_session(case, data, indices)
     if ort is not None:
         calls["onnxruntime"] = ort
@@ -206,7 +215,7 @@ def _backward_contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> d
 
     import jax_gather
 
-    if not np.issubdtype(np.dtype(data.dtype), np.floating) and data.dtype.name != "bfloat16":
+    if case.eager or (not np.issubdtype(np.dtype(data.dtype), np.floating) and data.dtype.name != "bfloat16"):
         return {}
     op = getattr(jax_gather, case.op)
     ours = lambda d, i: op(d, i, case.attribute)
@@ -430,6 +439,15 @@ def main(args: Any) -> int:
         print("allocator: glibc defaults (tune_cpu_allocator not applied)")
         if getattr(args, "compare_allocator", False):
             print("--compare-allocator compares with the tuned allocator: drop --no-tune-allocator")
+    if getattr(args, "sync_dispatch", False):
+        import jax
+
+        # Before the first computation: the CPU client reads it when it is created.
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    print("dispatch: " + ("synchronous (--sync-dispatch: CPU programs run on the calling thread)"
+                          if getattr(args, "sync_dispatch", False) else
+                          "JAX's default (asynchronous: CPU programs of 1000 flops or more run on a "
+                          "worker thread); --sync-dispatch runs them on the calling thread"))
     machine = describe_machine()
     print(f"machine: {machine['processor']}, {machine['cpu_count']} cores; JAX {machine['jax']} "
           f"on {machine['backend']}")
@@ -439,7 +457,8 @@ def main(args: Any) -> int:
     if getattr(args, "compare_allocator", False) and args.tune_allocator:
         _add_glibc_default_rows(rows, args)
     print(_format_table(rows))
-    result = {"machine": machine, "allocator_tuned": args.tune_allocator, "rows": rows}
+    result = {"machine": machine, "allocator_tuned": args.tune_allocator,
+              "sync_dispatch": bool(getattr(args, "sync_dispatch", False)), "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
@@ -460,6 +479,7 @@ def _add_glibc_default_rows(rows: list[dict[str, Any]], args: Any) -> None:
         out = os.path.join(tmp, "glibc_default.json")
         argv = [sys.executable, "-m", "jax_gather", "bench", "--no-tune-allocator", "--json", out]
         argv += ["--quick"] * bool(args.quick) + ["--no-backward"] * bool(args.no_backward)
+        argv += ["--sync-dispatch"] * bool(getattr(args, "sync_dispatch", False))
         argv += ["--rounds", str(args.rounds)] * bool(args.rounds) + ["--only", args.only] * bool(args.only)
         if getattr(args, "settle_ms", None) is not None:
             argv += ["--settle-ms", str(args.settle_ms)]

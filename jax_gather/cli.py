@@ -81,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--compare-allocator", action="store_true",
         help="also measure every case in a fresh process with glibc's default allocator",
     )
+    bench.add_argument(
+        "--sync-dispatch", action="store_true",
+        help="run CPU programs on the calling thread (jax_cpu_enable_async_dispatch=False): "
+        "short calls skip the hand-over to JAX's worker thread",
+    )
     args = parser.parse_args(argv)
     if args.command == "bench":
         from jax_gather import bench as bench_module

@@ -2,6 +2,8 @@
 
 import json
 import mmap
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -91,9 +93,25 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
     assert "allocator: glibc defaults" in text and "geometric mean" in text
+    assert "dispatch: JAX's default" in text
     result = json.loads(out_json.read_text())
     assert [r["case"] for r in result["rows"]] == ["gather axis 1"]
     assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sync_dispatch_is_set_before_the_first_computation(tmp_path):
+    # In a child: the setting is process-wide, and read once, when the CPU client is created.
+    out_json = tmp_path / "r.json"
+    script = (
+        "import jax\nfrom jax_gather import cli\n"
+        "argv = ['bench', '--quick', '--only', 'gather axis 1', '--rounds', '1', '--no-backward',"
+        f" '--no-tune-allocator', '--sync-dispatch', '--json', {str(out_json)!r}]\n"
+        "assert cli.main(argv) == 0\n"
+        "print('async after:', jax.config.read('jax_cpu_enable_async_dispatch'))\n"
+    )
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "dispatch: synchronous" in child.stdout and "async after: False" in child.stdout
+    assert json.loads(out_json.read_text())["sync_dispatch"] is True
 
 
 def test_compare_allocator_measures_glibc_defaults_in_a_child(tmp_path, capsys, monkeypatch):
