@@ -130,3 +130,17 @@ def test_compare_allocator_measures_glibc_defaults_in_a_child(tmp_path, capsys, 
     (row,) = json.loads(out_json.read_text())["rows"]
     assert row["case"] == "gather axis 1"
     assert row["glibc_default"]["case"] == "gather axis 1" and row["glibc_default"]["ratio"] > 0
+
+
+def test_short_calls_are_reported_apart_and_left_out_of_the_geometric_mean():
+    def row(name, ratio, short=False):
+        return {"case": name, "median_s": {"jax_gather": 1e-3, "onnxruntime": 1e-3}, "best_peer": "onnxruntime",
+                "ratio": ratio, "ratio_promise": ratio, "ratio_vs_jnp": 0.9, "checked_over_fill": 1.0,
+                "bandwidth_GBps": 1.0, "memcpy_GBps": 2.0, "page_faults_per_call": 0, "short": short}
+
+    text = bench._format_table([row("a", 0.5), row("tiny", 9.0, short=True), row("b", 2.0)])
+    lines = text.splitlines()
+    header = lines.index("short calls (fixed costs per call decide; not in the geometric mean):")
+    assert lines[header + 1].startswith("tiny") and lines[header - 1].startswith("b")
+    assert "geometric mean of ratios (jax_gather / best peer): 1.00; worst 2.00" in text
+    assert "tiny: jax_gather / jnp 0.90" in text
