@@ -163,7 +163,9 @@ def gather(
         "promise_in_bounds".
       fill_value: the value of out-of-bounds positions in "fill" (and traced "checked") mode;
         default NaN for inexact dtypes, the minimum for signed, the maximum for unsigned, True,
-        and the empty string for strings (``b""`` for a bytes array).
+        and the empty string for strings (``b""`` for a bytes array). A concrete value is
+        compiled into the program, as ``jnp.take``'s is (each distinct value compiles once); a
+        traced one, under ``jit``, is an argument of the program.
 
     Returns:
       An array of ``data``'s dtype: a ``jax.Array``, or a NumPy array for string data.
