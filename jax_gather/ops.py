@@ -131,9 +131,9 @@ def _run(
     # A concrete fill is static, as jnp.take's is: no transfer on every call (which would also
     # trip jax.transfer_guard) and no eager dispatch to make it an array. Its bytes are the key,
     # so NaN fills (never equal to themselves) still hit the compilation cache.
-    fill_bytes = fill.tobytes() if isinstance(fill, np.ndarray) else None
-    if fill_bytes is not None:
-        fill = None
+    fill_bytes = None
+    if isinstance(fill, np.ndarray):
+        fill, fill_bytes = None, fill.tobytes()
     if isinstance(indices, np.ndarray):
         indices = _bounds.narrow_host_indices(indices)
     return _apply(data, indices, fill, plan=plan, mode=mode, fill_bytes=fill_bytes)
