@@ -7,7 +7,10 @@ and numpy. Each round times every contender (a median over a few calls, with
 while the previous one's idle threads still spin: ``--settle-ms``), the order alternating
 between rounds; the figure reported per shape is the median over rounds of the per-round ratio
 jax_gather / best peer, because absolute times on a shared machine drift several-fold between
-minutes while paired ratios do not. Also reported:
+minutes while paired ratios do not. Each ratio comes with a distribution-free interval for that
+median (order statistics of the per-round ratios, :func:`median_interval`), and each shape with
+an A/A ratio: the default mode against the same program compiled a second time, timed as one
+more contender, which shows how far apart this run puts two identical programs. Also reported:
 achieved bandwidth against a memory copy of the same size timed in the same run, the
 backward pass (gradient w.r.t. data) against jnp's, and the page faults per call.
 
@@ -31,6 +34,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 PEERS = ("jnp", "onnxruntime", "numpy")
+SAME_PROGRAM = "jax_gather[again]"
+# The confidence asked of each interval; with 11 rounds the order statistics give 93.5%.
+CONFIDENCE = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +210,10 @@ def _contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, 
         "jax_gather[fill]": compiled(ours("fill")),
         "jnp": compiled(_jnp_equivalent(case)),
     }
+    if not case.eager:
+        # The default mode compiled a second time: the same machine code at other addresses,
+        # timed as a contender, measures how far apart this run puts two identical programs.
+        fns[SAME_PROGRAM] = compiled(ours("checked"))
     calls = {name: (lambda f=f: f(d, i).block_until_ready()) for name, f in fns.items()}
     ort = _onnxruntime_session(case, data, indices)
     if ort is not None:
@@ -279,6 +289,35 @@ def _median_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.median(np.asarray(a) / np.asarray(b)))
 
 
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """A distribution-free confidence interval for the median of what ``values`` sample.
+
+    The k-th smallest and the k-th largest of n values bracket the population's median with
+    probability 1 - 2 P(B <= k - 1), B ~ Binomial(n, 1/2), whatever the distribution; k is the
+    largest that keeps that at least ``confidence``. Returns (low, high, coverage); with too few
+    values for ``confidence`` it is (min, max) and the smaller coverage they have.
+
+    Example:
+      >>> median_interval([0.9, 1.1, 1.0, 0.95, 1.05, 0.97, 1.02, 0.99, 1.3, 0.8, 1.01])
+      (0.95, 1.05, 0.93...)
+    """
+    ordered = np.sort(np.asarray(values, dtype=float))
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median_interval: values must not be empty")
+    tail = lambda k: sum(math.comb(n, j) for j in range(k)) / 2**n  # P(B <= k - 1)
+    k = 1
+    while k + 1 <= (n + 1) // 2 and 1 - 2 * tail(k + 1) >= confidence:
+        k += 1
+    return float(ordered[k - 1]), float(ordered[n - k]), 1 - 2 * tail(k)
+
+
+def _verdict(interval: Sequence[float]) -> str:
+    """Where a ratio's interval lies against 1.0 (both peers equally fast)."""
+    low, high = interval[0], interval[1]
+    return "ahead" if high < 1.0 else "behind" if low > 1.0 else "level"
+
+
 def _page_faults_per_call(call: Callable[[], Any], reps: int) -> float | None:
     """Minor page faults of the whole process per call (fresh pages the kernel had to zero);
     None where ``getrusage`` does not exist (Windows)."""
@@ -315,12 +354,15 @@ def run_case(
     best_peer = min(peers, key=lambda p: medians[p])
     out_bytes = int(np.prod(_output_shape(case, data, indices))) * data.dtype.itemsize
     moved = 2 * out_bytes + indices.size * 4  # gathered reads + output writes + int32 indices
+    per_round = np.asarray(times["jax_gather"]) / best_peer_per_round
     row: dict[str, Any] = {
         "case": case.name,
         "dtype": case.dtype,
         "median_s": medians,
+        "rounds_s": {k: [float(t) for t in v] for k, v in times.items()},
         "best_peer": best_peer,
-        "ratio": _median_ratio(times["jax_gather"], best_peer_per_round),
+        "ratio": float(np.median(per_round)),
+        "ratio_interval": median_interval(per_round),
         "ratio_promise": _median_ratio(times["jax_gather[promise]"], best_peer_per_round),
         "ratio_vs_jnp": _median_ratio(times["jax_gather"], times["jnp"]),
         "short": case.short,
@@ -329,6 +371,11 @@ def run_case(
         "memcpy_GBps": _memcpy_bandwidth(out_bytes, reps) / 1e9,
         "page_faults_per_call": _page_faults_per_call(calls["jax_gather"], max(reps, 5)),
     }
+    row["verdict"] = _verdict(row["ratio_interval"])
+    if SAME_PROGRAM in times:
+        same = np.asarray(times["jax_gather"]) / np.asarray(times[SAME_PROGRAM])
+        row["same_program_ratio"] = float(np.median(same))
+        row["same_program_interval"] = median_interval(same)
     if backward:
         grads = _backward_contenders(case, data, indices)
         if grads:
@@ -353,12 +400,18 @@ def _geomean(values: Sequence[float]) -> float:
     return math.exp(np.mean(np.log(values)))
 
 
+def _interval(r: dict[str, Any], key: str) -> str:
+    return f"{r[key][0]:.2f}-{r[key][1]:.2f}" if key in r else "-"
+
+
 def _format_row(r: dict[str, Any], untuned: bool) -> str:
     peer = f"{r['best_peer']} {r['median_s'][r['best_peer']] * 1e3:.3f}"
     bwd = f"{r['backward_ratio_vs_jnp']:.2f}" if "backward_ratio_vs_jnp" in r else "-"
+    same = f"{r['same_program_ratio']:.2f}" if "same_program_ratio" in r else "-"
     line = (
         f"{r['case']:40s} {r['median_s']['jax_gather'] * 1e3:8.3f} {peer:>17s} {r['ratio']:6.2f} "
-        f"{r['ratio_promise']:7.2f} {r['checked_over_fill']:8.2f} {r['bandwidth_GBps']:6.1f} "
+        f"{_interval(r, 'ratio_interval'):>9s} {r['ratio_promise']:7.2f} {r['checked_over_fill']:8.2f} "
+        f"{same:>5s} {r['bandwidth_GBps']:6.1f} "
         f"{r['memcpy_GBps']:6.1f} {bwd:>7s} {_faults(r.get('page_faults_per_call')):>6s}"
     )
     if untuned and "glibc_default" in r:
@@ -370,8 +423,9 @@ def _format_row(r: dict[str, Any], untuned: bool) -> str:
 
 def _format_table(rows: list[dict[str, Any]]) -> str:
     untuned = any("glibc_default" in r for r in rows)
-    head = (f"{'case':40s} {'ours ms':>8s} {'best peer':>17s} {'ratio':>6s} {'promise':>7s} "
-            f"{'chk/fill':>8s} {'GB/s':>6s} {'memcpy':>6s} {'bwd/jnp':>7s} {'faults':>6s}")
+    head = (f"{'case':40s} {'ours ms':>8s} {'best peer':>17s} {'ratio':>6s} {'interval':>9s} "
+            f"{'promise':>7s} {'chk/fill':>8s} {'A/A':>5s} {'GB/s':>6s} {'memcpy':>6s} {'bwd/jnp':>7s} "
+            f"{'faults':>6s}")
     if untuned:
         head += f" | {'glibc ms':>8s} {'ratio':>6s} {'faults':>6s}"
     gathers = [r for r in rows if not r.get("short")]
@@ -385,13 +439,37 @@ def _format_table(rows: list[dict[str, Any]]) -> str:
         ratios = [r["ratio"] for r in gathers]
         lines.append(f"geometric mean of ratios (jax_gather / best peer): {_geomean(ratios):.2f}; "
                      f"worst {max(ratios):.2f}")
+        lines += _verdict_lines(gathers)
         other = [r["glibc_default"]["ratio"] for r in gathers if "glibc_default" in r]
         if other:
             lines.append(f"the same in a fresh process with glibc's default allocator: "
                          f"{_geomean(other):.2f}; worst {max(other):.2f}")
     lines += [f"{r['case']}: jax_gather / jnp {r['ratio_vs_jnp']:.2f}" for r in short]
+    lines.append("interval: where the median ratio lies, with the confidence printed above (order "
+                 "statistics of the per-round ratios); A/A: jax_gather / the same program compiled again")
     lines.append("faults: minor page faults per call of jax_gather (fresh pages zeroed by the kernel)")
     return "\n".join(lines)
+
+
+def _verdict_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Which shapes are ahead of the best peer, level with it, or behind it, by their intervals;
+    and how far apart the run put two compiles of one program (its floor for calling two
+    contenders different)."""
+    with_interval = [r for r in rows if "ratio_interval" in r]
+    if not with_interval:
+        return []
+    coverage = min(r["ratio_interval"][2] for r in with_interval)
+    by = {v: [r["case"] for r in with_interval if r.get("verdict") == v] for v in ("ahead", "level", "behind")}
+    lines = [f"at {coverage:.0%} confidence: ahead of the best peer on {len(by['ahead'])}, "
+             f"level on {len(by['level'])}, behind on {len(by['behind'])}"
+             + (f" ({', '.join(by['behind'])})" if by["behind"] else "")]
+    same = [r["same_program_ratio"] for r in with_interval if "same_program_ratio" in r]
+    if same:
+        apart = [r["case"] for r in with_interval if "same_program_interval" in r
+                 and _verdict(r["same_program_interval"]) != "level"]
+        lines.append(f"A/A, one program against its second compile: {min(same):.2f}-{max(same):.2f}; "
+                     f"told apart on {len(apart)} of {len(same)} shapes" + (f" ({', '.join(apart)})" if apart else ""))
+    return lines
 
 
 def _progress(done: int, total: int, label: str) -> None:
@@ -519,7 +597,13 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     names = [r["case"] for r in rows]
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.2))
     y = np.arange(len(rows))
-    ax.barh(y - 0.2, [r["ratio"] for r in rows], height=0.4, label="default mode")
+    ratios = np.array([r["ratio"] for r in rows])
+    if all("ratio_interval" in r for r in rows):
+        low, high = np.array([r["ratio_interval"][:2] for r in rows]).T
+        err = np.stack([ratios - low, high - ratios])
+    else:
+        err = None
+    ax.barh(y - 0.2, ratios, height=0.4, xerr=err, capsize=2, label="default mode (interval)")
     ax.barh(y + 0.2, [r["ratio_promise"] for r in rows], height=0.4, label="promise_in_bounds")
     if all("glibc_default" in r for r in rows):
         ax.scatter([r["glibc_default"]["ratio"] for r in rows], y - 0.2, color="k", marker="|", s=120,

@@ -144,3 +144,53 @@ def test_short_calls_are_reported_apart_and_left_out_of_the_geometric_mean():
     assert lines[header + 1].startswith("tiny") and lines[header - 1].startswith("b")
     assert "geometric mean of ratios (jax_gather / best peer): 1.00; worst 2.00" in text
     assert "tiny: jax_gather / jnp 0.90" in text
+
+
+def test_median_interval_covers_the_median_as_often_as_it_says():
+    # Samples of 11 and 25 from a skewed distribution whose median is known: the share of
+    # intervals that contain it must match the coverage the function reports.
+    rng = np.random.default_rng(0)
+    median = np.log(2)  # of the standard exponential
+    for n in (11, 25):
+        samples = rng.exponential(size=(4000, n))
+        intervals = [bench.median_interval(s) for s in samples]
+        coverage = intervals[0][2]
+        assert all(c == coverage for _, _, c in intervals) and coverage >= bench.CONFIDENCE
+        hits = np.mean([low <= median <= high for low, high, _ in intervals])
+        assert abs(hits - coverage) < 0.02, (n, hits, coverage)
+
+
+def test_median_interval_of_few_rounds_is_their_range_with_its_real_coverage():
+    low, high, coverage = bench.median_interval([3.0, 1.0, 2.0])
+    assert (low, high) == (1.0, 3.0) and coverage == 0.75  # P(all three on one side) = 2/8
+    low, high, coverage = bench.median_interval(list(range(1, 12)))  # 11 rounds
+    assert (low, high) == (3, 9) and abs(coverage - (1 - 2 * 67 / 2048)) < 1e-12
+    with pytest.raises(ValueError, match="median_interval: values must not be empty"):
+        bench.median_interval([])
+
+
+def test_run_case_times_the_same_program_twice_and_gives_intervals():
+    case = bench.CASES[0].scaled(16)
+    row = bench.run_case(case, rounds=3, reps=1, backward=False)
+    assert len(row["rounds_s"][bench.SAME_PROGRAM]) == 3
+    for ratio, interval in (("ratio", "ratio_interval"), ("same_program_ratio", "same_program_interval")):
+        low, high, coverage = row[interval]
+        assert low <= row[ratio] <= high and coverage == 0.75
+    assert row["verdict"] in ("ahead", "level", "behind")
+    assert bench.SAME_PROGRAM not in bench.PEERS
+
+
+def test_the_table_says_which_shapes_are_behind_by_their_intervals():
+    def row(name, ratio, interval, same_interval):
+        return {"case": name, "median_s": {"jax_gather": 1e-3, "jnp": 1e-3}, "best_peer": "jnp",
+                "ratio": ratio, "ratio_interval": (*interval, 0.935), "verdict": bench._verdict(interval),
+                "ratio_promise": ratio, "checked_over_fill": 1.0, "same_program_ratio": 1.0,
+                "same_program_interval": (*same_interval, 0.935), "bandwidth_GBps": 1.0,
+                "memcpy_GBps": 2.0, "page_faults_per_call": 0}
+
+    text = bench._format_table([row("fast", 0.7, (0.6, 0.8), (0.9, 1.1)),
+                                row("even", 1.05, (0.95, 1.2), (0.97, 1.04)),
+                                row("slow", 1.3, (1.1, 1.4), (1.02, 1.1))])
+    assert "at 94% confidence: ahead of the best peer on 1, level on 1, behind on 1 (slow)" in text
+    assert "told apart on 1 of 3 shapes (slow)" in text
+    assert "0.95-1.20" in text.splitlines()[3]
