@@ -171,7 +171,9 @@ def test_median_interval_of_few_rounds_is_their_range_with_its_real_coverage():
 
 def test_run_case_times_the_same_program_twice_and_gives_intervals():
     case = bench.CASES[0].scaled(16)
-    row = bench.run_case(case, rounds=3, reps=1, backward=False)
+    row = bench.run_case(case, rounds=3, reps=1)
+    low, high, _ = row["backward_interval"]
+    assert low <= row["backward_ratio_vs_jnp"] <= high
     assert len(row["rounds_s"][bench.SAME_PROGRAM]) == 3
     for ratio, interval in (("ratio", "ratio_interval"), ("same_program_ratio", "same_program_interval")):
         low, high, coverage = row[interval]
@@ -181,16 +183,34 @@ def test_run_case_times_the_same_program_twice_and_gives_intervals():
 
 
 def test_the_table_says_which_shapes_are_behind_by_their_intervals():
-    def row(name, ratio, interval, same_interval):
+    def row(name, ratio, interval, same_interval, backward_interval=(0.8, 0.9)):
         return {"case": name, "median_s": {"jax_gather": 1e-3, "jnp": 1e-3}, "best_peer": "jnp",
                 "ratio": ratio, "ratio_interval": (*interval, 0.935), "verdict": bench._verdict(interval),
                 "ratio_promise": ratio, "checked_over_fill": 1.0, "same_program_ratio": 1.0,
                 "same_program_interval": (*same_interval, 0.935), "bandwidth_GBps": 1.0,
-                "memcpy_GBps": 2.0, "page_faults_per_call": 0}
+                "memcpy_GBps": 2.0, "page_faults_per_call": 0, "backward_ratio_vs_jnp": 1.0,
+                "backward_interval": (*backward_interval, 0.935)}
 
     text = bench._format_table([row("fast", 0.7, (0.6, 0.8), (0.9, 1.1)),
                                 row("even", 1.05, (0.95, 1.2), (0.97, 1.04)),
-                                row("slow", 1.3, (1.1, 1.4), (1.02, 1.1))])
+                                row("slow", 1.3, (1.1, 1.4), (1.02, 1.1), (1.05, 1.2))])
     assert "at 94% confidence: ahead of the best peer on 1, level on 1, behind on 1 (slow)" in text
+    assert "backward against jnp's: ahead on 2, level on 0, behind on 1 (slow)" in text
     assert "told apart on 1 of 3 shapes (slow)" in text
     assert "0.95-1.20" in text.splitlines()[3]
+
+
+def test_the_ratio_is_against_the_peer_fastest_over_the_rounds_not_each_rounds_fastest(monkeypatch):
+    # Two tied peers whose noise alternates: the smaller of the two each round is 0.8 every
+    # time, though each peer's median is 1.0 (jnp) and 1.01 (onnxruntime).
+    rounds = {"jnp": [1.0, 0.8, 1.2, 0.8, 1.2], "onnxruntime": [0.8, 1.2, 0.8, 1.2, 1.01]}
+
+    def synthetic(calls, n, reps, settle):
+        return {name: rounds.get(name, [1.0] * n) if name != "numpy" else [9.0] * n for name in calls}
+
+    monkeypatch.setattr(bench, "_paired_rounds", synthetic)
+    row = bench.run_case(bench.CASES[0].scaled(64), rounds=5, reps=1, backward=False)
+    assert row["best_peer"] == "jnp"
+    assert row["ratio"] == pytest.approx(1.0)  # median of 1/[1.0, 0.8, 1.2, 0.8, 1.2]
+    assert row["ratio_vs_round_min"] == pytest.approx(1.25)  # 1 / 0.8
+    assert row["verdict"] == "level"
