@@ -314,7 +314,7 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
 
 
 def _verdict(interval: Sequence[float]) -> str:
-    """Where a ratio's interval lies against 1.0 (both peers equally fast)."""
+    """Where a ratio's interval lies against 1.0, the ratio of two equally fast contenders."""
     low, high = interval[0], interval[1]
     return "ahead" if high < 1.0 else "behind" if low > 1.0 else "level"
 
@@ -459,30 +459,35 @@ def _format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def _verdict_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Which shapes are ahead of the best peer, level with it, or behind it, by their intervals;
-    and how far apart the run put two compiles of one program (its floor for calling two
-    contenders different)."""
-    with_interval = [r for r in rows if "ratio_interval" in r]
-    if not with_interval:
+    """Which shapes are ahead of the best peer, level with it, or behind it, by their intervals,
+    forward and backward; and how far apart the run put two compiles of one program (its floor
+    for calling two contenders different)."""
+    rows = [r for r in rows if "ratio_interval" in r]
+    if not rows:
         return []
-    coverage = min(r["ratio_interval"][2] for r in with_interval)
-    by = {v: [r["case"] for r in with_interval if r.get("verdict") == v] for v in ("ahead", "level", "behind")}
-    lines = [f"at {coverage:.0%} confidence: ahead of the best peer on {len(by['ahead'])}, "
-             f"level on {len(by['level'])}, behind on {len(by['behind'])}"
-             + (f" ({', '.join(by['behind'])})" if by["behind"] else "")]
-    backward = [r for r in with_interval if "backward_interval" in r]
+    coverage = min(r["ratio_interval"][2] for r in rows)
+    lines = [f"at {coverage:.0%} confidence: " + _count_verdicts(rows, "ratio_interval", "of the best peer")]
+    backward = [r for r in rows if "backward_interval" in r]
     if backward:
-        by = {v: [r["case"] for r in backward if _verdict(r["backward_interval"]) == v]
-              for v in ("ahead", "level", "behind")}
-        lines.append(f"backward against jnp's: ahead on {len(by['ahead'])}, level on {len(by['level'])}, "
-                     f"behind on {len(by['behind'])}" + (f" ({', '.join(by['behind'])})" if by["behind"] else ""))
-    same = [r["same_program_ratio"] for r in with_interval if "same_program_ratio" in r]
+        lines.append("backward against jnp's: " + _count_verdicts(backward, "backward_interval"))
+    same = [r for r in rows if "same_program_interval" in r]
     if same:
-        apart = [r["case"] for r in with_interval if "same_program_interval" in r
-                 and _verdict(r["same_program_interval"]) != "level"]
-        lines.append(f"A/A, one program against its second compile: {min(same):.2f}-{max(same):.2f}; "
-                     f"told apart on {len(apart)} of {len(same)} shapes" + (f" ({', '.join(apart)})" if apart else ""))
+        ratios = [r["same_program_ratio"] for r in same]
+        apart = [r["case"] for r in same if _verdict(r["same_program_interval"]) != "level"]
+        lines.append(f"A/A, one program against its second compile: {min(ratios):.2f}-{max(ratios):.2f}; "
+                     f"told apart on {len(apart)} of {len(same)} shapes" + _names(apart))
     return lines
+
+
+def _count_verdicts(rows: list[dict[str, Any]], key: str, of: str = "") -> str:
+    by = {v: [r["case"] for r in rows if _verdict(r[key]) == v] for v in ("ahead", "level", "behind")}
+    ahead = f"ahead {of} on" if of else "ahead on"
+    return (f"{ahead} {len(by['ahead'])}, level on {len(by['level'])}, "
+            f"behind on {len(by['behind'])}" + _names(by["behind"]))
+
+
+def _names(cases: list[str]) -> str:
+    return f" ({', '.join(cases)})" if cases else ""
 
 
 def _progress(done: int, total: int, label: str) -> None:
