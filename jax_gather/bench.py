@@ -290,6 +290,12 @@ def _median_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     return float(np.median(np.asarray(a) / np.asarray(b)))
 
 
+def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[float, tuple[float, float, float]]:
+    """The median of the per-round ratios a / b, and its interval."""
+    ratios = np.asarray(a) / np.asarray(b)
+    return float(np.median(ratios)), median_interval(ratios)
+
+
 def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """A distribution-free confidence interval for the median of what ``values`` sample.
 
@@ -358,15 +364,12 @@ def run_case(
     best = np.asarray(times[best_peer])
     out_bytes = int(np.prod(_output_shape(case, data, indices))) * data.dtype.itemsize
     moved = 2 * out_bytes + indices.size * 4  # gathered reads + output writes + int32 indices
-    per_round = np.asarray(times["jax_gather"]) / best
     row: dict[str, Any] = {
         "case": case.name,
         "dtype": case.dtype,
         "median_s": medians,
         "rounds_s": {k: [float(t) for t in v] for k, v in times.items()},
         "best_peer": best_peer,
-        "ratio": float(np.median(per_round)),
-        "ratio_interval": median_interval(per_round),
         "ratio_vs_round_min": _median_ratio(times["jax_gather"], np.min([times[p] for p in peers], axis=0)),
         "ratio_promise": _median_ratio(times["jax_gather[promise]"], best),
         "ratio_vs_jnp": _median_ratio(times["jax_gather"], times["jnp"]),
@@ -376,18 +379,15 @@ def run_case(
         "memcpy_GBps": _memcpy_bandwidth(out_bytes, reps) / 1e9,
         "page_faults_per_call": _page_faults_per_call(calls["jax_gather"], max(reps, 5)),
     }
+    row["ratio"], row["ratio_interval"] = _paired(times["jax_gather"], best)
     row["verdict"] = _verdict(row["ratio_interval"])
     if SAME_PROGRAM in times:
-        same = np.asarray(times["jax_gather"]) / np.asarray(times[SAME_PROGRAM])
-        row["same_program_ratio"] = float(np.median(same))
-        row["same_program_interval"] = median_interval(same)
+        row["same_program_ratio"], row["same_program_interval"] = _paired(times["jax_gather"], times[SAME_PROGRAM])
     if backward:
         grads = _backward_contenders(case, data, indices)
         if grads:
             gtimes = _paired_rounds(grads, rounds, reps, settle)
-            backward = np.asarray(gtimes["jax_gather"]) / np.asarray(gtimes["jnp"])
-            row["backward_ratio_vs_jnp"] = float(np.median(backward))
-            row["backward_interval"] = median_interval(backward)
+            row["backward_ratio_vs_jnp"], row["backward_interval"] = _paired(gtimes["jax_gather"], gtimes["jnp"])
             row["backward_median_s"] = {k: float(np.median(v)) for k, v in gtimes.items()}
     return row
 
@@ -550,13 +550,14 @@ def main(args: Any) -> int:
         print("allocator: glibc defaults (tune_cpu_allocator not applied)")
         if getattr(args, "compare_allocator", False):
             print("--compare-allocator compares with the tuned allocator: drop --no-tune-allocator")
-    if getattr(args, "sync_dispatch", False):
+    sync = bool(getattr(args, "sync_dispatch", False))
+    if sync:
         import jax
 
         # Before the first computation: the CPU client reads it when it is created.
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     print("dispatch: " + ("synchronous (--sync-dispatch: CPU programs run on the calling thread)"
-                          if getattr(args, "sync_dispatch", False) else
+                          if sync else
                           "JAX's default (asynchronous: CPU programs of 1000 flops or more run on a "
                           "worker thread); --sync-dispatch runs them on the calling thread"))
     machine = describe_machine()
@@ -569,7 +570,7 @@ def main(args: Any) -> int:
         _add_glibc_default_rows(rows, args)
     print(_format_table(rows))
     result = {"machine": machine, "allocator_tuned": args.tune_allocator,
-              "sync_dispatch": bool(getattr(args, "sync_dispatch", False)), "rows": rows}
+              "sync_dispatch": sync, "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
