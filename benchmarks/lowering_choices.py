@@ -223,11 +223,15 @@ def choices() -> list[Choice]:
     axis1 = lambda sc: (_data(_s(512, sc), _s(4096, sc)), _ints(_s(4096, sc), _s(2048, sc)))
     nd_scalars3 = lambda sc: (_data(_s(100, sc), _s(100, sc), _s(100, sc)), _ints(_s(100, sc), _s(1000000, sc), 3))
     narrow_embedding = lambda sc: (_data(_s(50000, sc), _s(32, sc)), _ints(_s(50000, sc), _s(65536, sc)))
+    # 64 ids of 512-element rows at every scale: a short lookup (lowering.SHORT_LOOKUP_INDICES).
+    short_lookup = lambda sc: (_data(_s(50000, sc), 512), _ints(_s(50000, sc), 64))
     g, ge_op, nd = jax_gather.gather, jax_gather.gather_elements, jax_gather.gather_nd
     ge_plan, nd_plan = plans.gather_elements_plan, plans.gather_nd_plan
     select = functools.partial(_fill_by, _lowering._select_fill)
     unsigned = "fill: unsigned min(i, i+s, s-1) (vs a select to normalise and a signed clamp)"
     padded = "fill on CPU: read from a pad of data (vs a select after the gather)"
+    padded_short = "fill on CPU, lookups of up to 128 ids: read from a pad of data (vs a select after the gather)"
+    select_long = "fill on CPU, longer row lookups: the select (vs reading it from a pad of data, rejected)"
     short_rows = "rows of 16-64 elements in narrower units on CPU (vs the direct gather)"
     linear = "GatherND elements on CPU: one linear index (vs the index tuple)"
     backward = "element gathers' backward on CPU: one scatter by a linear index into all of data (vs the gather's own transpose)"
@@ -266,6 +270,14 @@ def choices() -> list[Choice]:
         Choice("fill on CPU: the select for bfloat16 (vs reading it from a pad of data, rejected)",
                "gather_nd scalars bfloat16", _as(jnp.bfloat16, nd_scalars), _ours(nd, 0, "fill"),
                _fill_by(_lowering._read_fill_from_padding, nd_plan, 0)),
+        Choice(padded_short, "gather axis 0, 64 ids of 50000x512", short_lookup, _ours(g, 0, "fill"),
+               select(plans.gather_plan, 0)),
+        Choice(padded_short, "gather axis 0, 64 ids of 50000x512 int8", _as(np.int8, short_lookup),
+               _ours(g, 0, "fill"), select(plans.gather_plan, 0)),
+        Choice(select_long, "gather axis 0 (embedding)", embedding, _ours(g, 0, "fill"),
+               _fill_by(_lowering._read_fill_from_padding, plans.gather_plan, 0)),
+        Choice(select_long, "gather axis 0 (embedding) int8", _as(np.int8, embedding), _ours(g, 0, "fill"),
+               _fill_by(_lowering._read_fill_from_padding, plans.gather_plan, 0)),
         Choice(linear, "gather_nd scalars", nd_scalars, _ours(nd, 0, "promise_in_bounds"), _tuples(0)),
         Choice(linear, "gather_nd scalars int8", _as(np.int8, nd_scalars), _ours(nd, 0, "promise_in_bounds"),
                _tuples(0)),

@@ -32,12 +32,15 @@ is int64 where data has 2**31 elements or more (without x64 the gather stays as 
 is kept to one CPU device, where no dim can be sharded (docs/performance.md).
 
 "fill", and "checked" under plain jit, give out-of-bounds positions ``fill_value``. The
-obvious lowering selects it after the gather, by the in-bounds mask; for element gathers the
-CPU lowering instead pads data with one ``fill_value`` at the end of each indexed axis and
-sends every out-of-bounds index to that slot (one unsigned ``min`` with the size, in place of
-the clamp's ``min`` with size - 1), so the gather reads the fill itself and no select follows.
-Its derivative is the select's, so the backward pass scatters into data itself (by the linear
-index above), never into the padded shape.
+obvious lowering selects it after the gather, by the in-bounds mask; for element gathers, and
+for lookups of a few rows, the CPU lowering instead pads data with one ``fill_value`` at the
+end of each indexed axis and sends every out-of-bounds index to that slot (one unsigned ``min``
+with the size, in place of the clamp's ``min`` with size - 1), so the gather reads the fill
+itself and no select follows. For element gathers the select over the output costs more than
+the pad's check on each read; for short row lookups the select's flops are what make JAX hand
+the program to a worker thread (``short_row_lookup``). Its derivative is the select's, so the
+backward pass scatters into data itself (by the linear index above, or as rows of the moved
+axis), never into the padded shape.
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ SHORT_ROWS = range(16, 65)
 # an element-wise loop at any row length, so the byte view pays from 16 elements on (measured
 # 1.4-2.8x up to rows of 32768).
 BFLOAT16_ROWS_FROM = 16
+# Row lookups of at most this many index components read their fill from a pad of data on CPU,
+# so that the program stays under the 1000 flops below which JAX's CPU client runs it on the
+# calling thread: 128 components at up to 7 flops each (int64 indices) is 896.
+SHORT_LOOKUP_INDICES = 128
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -110,13 +117,36 @@ def fills_from_padding(shape: tuple, dtype: Any, plan: GatherPlan) -> bool:
     """Whether the CPU lowering reads ``fill`` from a padded data rather than selecting it.
 
     Taken where every output element is one element of data (GatherElements, GatherND of full
-    index tuples, Gather on 1-D data), except for bfloat16 (measured slower there) and where the
-    process has several CPU devices (sharding, below). XLA fuses the pad into the gather, so
-    data is never copied (tests/test_padded_fill.py asserts it); what remains is the pad's
-    bound check on each read, which measured cheaper than the select of the mask over the
-    output (docs/performance.md).
+    index tuples, Gather on 1-D data), and for short row lookups (``short_row_lookup``), except
+    for bfloat16 (measured slower there) and where the process has several CPU devices
+    (sharding, below). XLA fuses the pad into the gather, so data is never copied
+    (tests/test_padded_fill.py asserts it); what remains is the pad's bound check on each read,
+    which measured cheaper than the select of the mask over the output (docs/performance.md).
     """
-    return dtype != jnp.bfloat16 and _element_gather_on_one_cpu(shape, plan)
+    if dtype == jnp.bfloat16:
+        return False
+    return _element_gather_on_one_cpu(shape, plan) or short_row_lookup(shape, dtype, plan)
+
+
+def short_row_lookup(shape: tuple, dtype: Any, plan: GatherPlan) -> bool:
+    """Whether ``plan`` gathers slices (rows) by at most ``SHORT_LOOKUP_INDICES`` index
+    components, with the direct gather (no narrow view), static dims and one CPU device.
+
+    JAX's CPU client runs a program on the calling thread when XLA's cost analysis counts fewer
+    than 1000 flops in it, and hands any other to a worker thread and waits (40-100 us on two
+    cores, more than a lookup of a few rows takes). The gather counts none and the index
+    arithmetic 5-7 per index component, but the select of the fill counts one per output
+    element: it alone sends a lookup of 64 rows of 512 elements to a worker. Reading the fill
+    from a pad keeps such a program under the count (a jitted lookup of 64 ids: 14 us against
+    68 us with the select, docs/performance.md). For long lookups the program is handed over
+    either way, and the select measured no slower than the pad's check on each read.
+    """
+    if not CPU_LOWERINGS or not plan.dimension_numbers.offset_dims or _cpu_devices() != 1:
+        return False
+    if not _static(shape, plan.output_shape) or row_view_dtype(shape, dtype, plan) is not None:
+        return False  # the narrow view's bitcast would keep XLA from fusing the pad: a copy of data
+    batch = [d for i, d in enumerate(plan.output_shape) if i not in plan.dimension_numbers.offset_dims]
+    return math.prod(batch) * len(plan.index_axes) <= SHORT_LOOKUP_INDICES
 
 
 def _element_gather_on_one_cpu(shape: tuple, plan: GatherPlan) -> bool:
@@ -172,8 +202,17 @@ def _read_fill_from_padding_jvp(plan, primals, tangents):
     # a custom_jvp function applied to tangents would be transposed as its primal.
     data, indices, ok, fill = primals
     data_dot, _, _, fill_dot = tangents
-    tangent = _select_fill(data_dot, indices, ok, fill_dot, plan, gather_fn=_linear_in_derivative)
+    tangent = _select_fill(data_dot, indices, ok, fill_dot, plan, gather_fn=_gather_in_derivative)
     return _read_fill_from_padding(*primals, plan), tangent
+
+
+def _gather_in_derivative(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    """The gather, linear in ``data``, whose transpose the padded fill's backward pass runs: the
+    one the select's gather is differentiated by (Gather off the leading axis: rows of the
+    moved axis; element gathers: the linear index)."""
+    if plan.op_name == "Gather" and plan.index_axes[0] != 0:
+        return _rows_of_moved_axis(data, idx, plan)
+    return _linear_in_derivative(data, idx, plan)
 
 
 def _static(*shapes: tuple) -> bool:

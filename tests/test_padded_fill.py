@@ -1,7 +1,9 @@
-"""The CPU lowering of "fill" (and traced "checked") for element gathers: out-of-bounds indices
-read ``fill_value`` from a pad of data instead of a select after the gather. Which gathers take
-it, that only the CPU lowering has it, that XLA fuses the pad (data is never copied), that it
-is exact in every out-of-bounds direction and dtype, and that it differentiates as the select."""
+"""The CPU lowering of "fill" (and traced "checked") for element gathers and short row lookups:
+out-of-bounds indices read ``fill_value`` from a pad of data instead of a select after the
+gather. Which gathers take it, that only the CPU lowering has it, that XLA fuses the pad (data is
+never copied), that it is exact in every out-of-bounds direction and dtype, that it
+differentiates as the select, and that a short lookup stays under the flop count below which
+JAX runs a CPU program on the calling thread."""
 
 import re
 
@@ -15,7 +17,7 @@ from jax.test_util import check_grads
 
 import jax_gather
 from jax_gather import plans
-from jax_gather._lowering import CPU_LOWERINGS, fills_from_padding
+from jax_gather._lowering import CPU_LOWERINGS, SHORT_LOOKUP_INDICES, fills_from_padding
 from tests import reference
 from tests.programs import bits, module_for, random_bits, run_with_cpu_devices
 from tests.compat import enable_x64
@@ -30,9 +32,14 @@ from tests.compat import enable_x64
         ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (9, 3), 0), True),  # full tuples
         ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), True),
         ((32,), np.float16, plans.gather_plan((32,), (7, 2), 0), True),  # Gather of 1-D data
-        ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (9, 2), 0), False),  # rows
-        ((100, 16), np.float32, plans.gather_plan((100, 16), (7,), 0), False),  # rows
-        ((100, 16), np.float32, plans.gather_plan((100, 16), (7,), 1), False),  # columns
+        # Short row lookups: at most SHORT_LOOKUP_INDICES index components.
+        ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (9, 2), 0), True),
+        ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (SHORT_LOOKUP_INDICES // 2 + 1, 2), 0), False),
+        ((100, 512), np.int8, plans.gather_plan((100, 512), (2, SHORT_LOOKUP_INDICES // 2), 0), True),
+        ((100, 512), np.int8, plans.gather_plan((100, 512), (SHORT_LOOKUP_INDICES + 1,), 0), False),
+        ((100, 16), np.float32, plans.gather_plan((100, 16), (7,), 1), True),  # columns
+        ((100, 16), np.float32, plans.gather_plan((100, 16), (7,), 0), False),  # rows of 16: the narrow view
+        ((100, 8), ml_dtypes.bfloat16, plans.gather_plan((100, 8), (7,), 0), False),
         ((8, 32), ml_dtypes.bfloat16, plans.gather_elements_plan((8, 32), (8, 32), 0), False),
         ((1024,), ml_dtypes.bfloat16, plans.gather_plan((1024,), (7,), 0), False),
     ],
@@ -79,6 +86,11 @@ def _entry_ops(compiled_text: str) -> list[str]:
          np.zeros((4, 64, 48), np.int32)),
         ("gather_nd batch_dims=1", lambda d, i: jax_gather.gather_nd(d, i, 1), (8, 64, 48),
          np.zeros((8, 100, 2), np.int32)),
+        ("short row lookup", lambda d, i: jax_gather.gather(d, i, 0), (2048, 512), np.zeros((64,), np.int32)),
+        ("short column lookup", lambda d, i: jax_gather.gather(d, i, 1), (512, 2048), np.zeros((16,), np.int32)),
+        ("gather_nd short rows", lambda d, i: jax_gather.gather_nd(d, i), (64, 64, 96), np.zeros((32, 2), np.int32)),
+        ("vmap short row lookup", jax.vmap(lambda d, i: jax_gather.gather(d, i, 0)), (4, 256, 96),
+         np.zeros((4, 20), np.int32)),
     ],
 )
 def test_the_pad_is_fused_into_the_gather(name, fn, data_shape, indices):
@@ -90,6 +102,31 @@ def test_the_pad_is_fused_into_the_gather(name, fn, data_shape, indices):
     assert "select" not in text, name
     ops = _entry_ops(text)
     assert ops and set(ops) <= {"fusion", "bitcast"}, (name, ops)
+
+
+@pytest.mark.skipif(not CPU_LOWERINGS, reason="the padded lowering needs JAX 0.7.0 (lax.platform_dependent)")
+def test_long_row_lookups_keep_the_select():
+    cpu = jax.devices("cpu")[0]
+    data = jax.device_put(jnp.zeros((2048, 512), jnp.float32), cpu)
+    ids = jax.device_put(np.zeros((SHORT_LOOKUP_INDICES + 1,), np.int32), cpu)
+    text = jax.jit(lambda d, i: jax_gather.gather(d, i, 0)).lower(data, ids).compile().as_text()
+    assert "select" in text and " pad(" not in text
+
+
+@pytest.mark.skipif(not CPU_LOWERINGS, reason="the padded lowering needs JAX 0.7.0 (lax.platform_dependent)")
+@pytest.mark.parametrize("mode", ["checked", "fill"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_a_short_lookup_stays_under_the_inline_flop_count(mode, index_dtype):
+    # JAX's CPU client runs a program on the calling thread only when XLA's cost analysis
+    # counts fewer than 1000 flops in it; the select of the fill would count one per element.
+    with enable_x64(index_dtype == np.int64):
+        cpu = jax.devices("cpu")[0]
+        data = jax.device_put(jnp.zeros((50000, 512), jnp.float32), cpu)
+        ids = jax.device_put(np.zeros((SHORT_LOOKUP_INDICES,), index_dtype), cpu)
+        compiled = jax.jit(lambda d, i: jax_gather.gather(d, i, 0, mode=mode)).lower(data, ids).compile()
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        assert cost["flops"] < 1000, cost["flops"]
 
 
 def _out_of_bounds_indices(rng, size, shape, dtype=np.int32):
@@ -120,6 +157,9 @@ def test_padded_fill_matches_the_reference(dtype, fill, expected_fill, jit):
         ge_block = _out_of_bounds_indices(rng, 7, (4, 3, 2), index_dtype)  # reads data[:4, :, :2]
         nd = np.stack([_out_of_bounds_indices(rng, s, (40,), index_dtype) for s in (6, 7, 5)], axis=-1)
         nd_bd = np.stack([_out_of_bounds_indices(rng, s, (6, 30), index_dtype) for s in (7, 5)], axis=-1)
+        rows = _out_of_bounds_indices(rng, 6, (3, 5), index_dtype)
+        cols = _out_of_bounds_indices(rng, 7, (11,), index_dtype)
+        nd_rows = np.stack([_out_of_bounds_indices(rng, s, (12,), index_dtype) for s in (6, 7)], axis=-1)
         calls = [
             (lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill", fill_value=fill), ge,
              reference.gather_elements(data, ge, 1, mode="fill", fill=expected_fill)),
@@ -129,6 +169,13 @@ def test_padded_fill_matches_the_reference(dtype, fill, expected_fill, jit):
              reference.gather_nd(data, nd, 0, mode="fill", fill=expected_fill)),
             (lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill", fill_value=fill), nd_bd,
              reference.gather_nd(data, nd_bd, 1, mode="fill", fill=expected_fill)),
+            # Short row lookups: rows, columns, and GatherND rows by tuples.
+            (lambda d, i: jax_gather.gather(d, i, 0, mode="fill", fill_value=fill), rows,
+             reference.gather(data, rows, 0, mode="fill", fill=expected_fill)),
+            (lambda d, i: jax_gather.gather(d, i, 1, mode="fill", fill_value=fill), cols,
+             reference.gather(data, cols, 1, mode="fill", fill=expected_fill)),
+            (lambda d, i: jax_gather.gather_nd(d, i, mode="fill", fill_value=fill), nd_rows,
+             reference.gather_nd(data, nd_rows, 0, mode="fill", fill=expected_fill)),
         ]
         for fn, indices, expected in calls:
             out = np.asarray((jax.jit(fn) if jit else fn)(data, indices))
@@ -165,6 +212,43 @@ def test_padded_fill_differentiates_as_the_select():
     f = lambda d, fill: _fill_mode_sum(d, fill, indices, cotangent)
     with enable_x64(True):
         check_grads(f, (data.astype(np.float64), np.float64(-2.0)), order=2, modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("axis", [0, 1, "nd"])
+def test_short_row_lookups_differentiate_as_the_select(axis):
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal((5, 6, 3)).astype(np.float32)
+    if axis == "nd":
+        indices = np.stack([_out_of_bounds_indices(rng, s, (9,)) for s in (5, 6)], axis=-1)
+        op = lambda d, fill: jax_gather.gather_nd(d, indices, mode="fill", fill_value=fill)
+        inside = np.all((indices >= -np.array([5, 6])) & (indices < np.array([5, 6])), axis=-1)
+        out_shape = (9, 3)
+    else:
+        indices = _out_of_bounds_indices(rng, data.shape[axis], (4, 2))
+        op = lambda d, fill: jax_gather.gather(d, indices, axis, mode="fill", fill_value=fill)
+        inside = (indices >= -data.shape[axis]) & (indices < data.shape[axis])
+        out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1:]
+    cotangent = rng.standard_normal(out_shape).astype(np.float32)
+    f = lambda d, fill: jnp.sum(op(d, fill) * cotangent)
+    d_data, d_fill = jax.jit(jax.grad(f, argnums=(0, 1)))(data, jnp.float32(-2.0))
+    # The reference: the cotangent of every in-bounds read added to the row it read.
+    expected, fill_grad = np.zeros_like(data), 0.0
+    for pos in np.ndindex(*indices.shape[:-1] if axis == "nd" else indices.shape):
+        if axis == "nd":
+            got, at = cotangent[pos], tuple(int(c) % s for c, s in zip(indices[pos], (5, 6)))
+        elif axis == 0:
+            got, at = cotangent[pos], (int(indices[pos]) % 5,)
+        else:
+            got, at = cotangent[(slice(None), *pos)], (slice(None), int(indices[pos]) % 6)
+        if inside[pos]:
+            expected[at] += got
+        else:
+            fill_grad += got.sum()
+    np.testing.assert_allclose(np.asarray(d_data), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(d_fill), fill_grad, rtol=1e-5, atol=1e-6)
+    with enable_x64(True):
+        check_grads(lambda d, fill: f(d, fill), (data.astype(np.float64), np.float64(-2.0)), order=2,
+                    modes=("fwd", "rev"))
 
 
 def test_padded_fill_under_vmap_and_checkify():

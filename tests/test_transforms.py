@@ -215,11 +215,12 @@ def test_exported_program_can_return_an_in_bounds_flag(op, ref, shape, indices, 
     np.testing.assert_array_equal(np.asarray(out), ref(data, bad, attr, mode="fill", fill=np.nan))
 
 
-def test_gather_off_the_leading_axis_differentiates_into_a_row_scatter():
+@pytest.mark.parametrize("n", [2, 300], ids=["short lookup (padded fill)", "long (select)"])
+def test_gather_off_the_leading_axis_differentiates_into_a_row_scatter(n):
     # The lowering choice of jax_gather._lowering: the gradient scatters whole rows of a
     # transposed view (scatter along dim 0) instead of scattering strided columns.
     f = jax.jit(jax.grad(lambda d, i: jax_gather.gather(d, i, 1).sum()))
-    text = f.lower(_data((4, 6)), np.array([1, 5])).as_text()
+    text = f.lower(_data((4, 6)), np.arange(n) % 6).as_text()
     scatters = re.findall(r"scatter_dims_to_operand_dims = \[(\d+)\]", text)
     assert scatters == ["0"], scatters
     direct = jax.jit(jax.grad(lambda d, i: jax_gather.gather(d, i, 0).sum()))
