@@ -160,25 +160,21 @@ def test_padded_fill_matches_the_reference(dtype, fill, expected_fill, jit):
         rows = _out_of_bounds_indices(rng, 6, (3, 5), index_dtype)
         cols = _out_of_bounds_indices(rng, 7, (11,), index_dtype)
         nd_rows = np.stack([_out_of_bounds_indices(rng, s, (12,), index_dtype) for s in (6, 7)], axis=-1)
+        # (op, its attribute, indices, the reference); the last three are short row lookups:
+        # rows, columns, and GatherND rows by tuples.
         calls = [
-            (lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill", fill_value=fill), ge,
-             reference.gather_elements(data, ge, 1, mode="fill", fill=expected_fill)),
-            (lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill", fill_value=fill), ge_block,
-             reference.gather_elements(data, ge_block, 1, mode="fill", fill=expected_fill)),
-            (lambda d, i: jax_gather.gather_nd(d, i, mode="fill", fill_value=fill), nd,
-             reference.gather_nd(data, nd, 0, mode="fill", fill=expected_fill)),
-            (lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill", fill_value=fill), nd_bd,
-             reference.gather_nd(data, nd_bd, 1, mode="fill", fill=expected_fill)),
-            # Short row lookups: rows, columns, and GatherND rows by tuples.
-            (lambda d, i: jax_gather.gather(d, i, 0, mode="fill", fill_value=fill), rows,
-             reference.gather(data, rows, 0, mode="fill", fill=expected_fill)),
-            (lambda d, i: jax_gather.gather(d, i, 1, mode="fill", fill_value=fill), cols,
-             reference.gather(data, cols, 1, mode="fill", fill=expected_fill)),
-            (lambda d, i: jax_gather.gather_nd(d, i, mode="fill", fill_value=fill), nd_rows,
-             reference.gather_nd(data, nd_rows, 0, mode="fill", fill=expected_fill)),
+            (jax_gather.gather_elements, 1, ge, reference.gather_elements),
+            (jax_gather.gather_elements, 1, ge_block, reference.gather_elements),
+            (jax_gather.gather_nd, 0, nd, reference.gather_nd),
+            (jax_gather.gather_nd, 1, nd_bd, reference.gather_nd),
+            (jax_gather.gather, 0, rows, reference.gather),
+            (jax_gather.gather, 1, cols, reference.gather),
+            (jax_gather.gather_nd, 0, nd_rows, reference.gather_nd),
         ]
-        for fn, indices, expected in calls:
+        for op, attribute, indices, ref in calls:
+            fn = lambda d, i: op(d, i, attribute, mode="fill", fill_value=fill)
             out = np.asarray((jax.jit(fn) if jit else fn)(data, indices))
+            expected = ref(data, indices, attribute, mode="fill", fill=expected_fill)
             assert out.dtype == data.dtype
             np.testing.assert_array_equal(bits(out), bits(expected.astype(dtype)))
 
