@@ -84,18 +84,14 @@ CPU_LOWERINGS = _release(jax.__version__) >= (0, 7, 0)
 
 
 def gather(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    """``lax.gather`` of ``plan`` on in-bounds index vectors ``idx``."""
-    if plan.op_name == "Gather" and plan.index_axes[0] != 0:
-        if not _static(data.shape, idx.shape):
-            # JAX 0.7.0 cannot export this custom_jvp's gradient with symbolic dims (an
-            # unsolvable dim variable); JAX's own rule, a strided scatter, exports everywhere.
-            return _direct(data, idx, plan)
-        return _gather_off_leading_axis(data, idx, plan)
-    if row_view_dtype(data.shape, data.dtype, plan) is not None:
-        return _gather_in_units(data, idx, plan)  # bitcasts have no derivative: the direct gather's
-    if flat_index_dtype(data.shape, plan) is not None:
-        return _gather_scattered_by_linear_index(data, idx, plan)
-    return _direct(data, idx, plan)
+    """``lax.gather`` of ``plan`` on in-bounds index vectors ``idx``: the CPU lowering where one
+    applies, differentiated by ``_gather_in_derivative`` where that is not the direct gather."""
+    lowered = (
+        _off_leading_axis(plan, data.shape, idx.shape)
+        or row_view_dtype(data.shape, data.dtype, plan) is not None  # bitcasts have no derivative
+        or flat_index_dtype(data.shape, plan) is not None
+    )
+    return _gather_differentiated(data, idx, plan) if lowered else _direct(data, idx, plan)
 
 
 def gather_or_fill(
@@ -141,9 +137,9 @@ def short_row_lookup(shape: tuple, dtype: Any, plan: GatherPlan) -> bool:
     68 us with the select, docs/performance.md). Longer lookups are handed over either way,
     and there the pad measured no faster than the select (0.96-1.10x its time).
     """
-    if not CPU_LOWERINGS or not plan.dimension_numbers.offset_dims or _cpu_devices() != 1:
+    if not plan.dimension_numbers.offset_dims or not _static_on_one_cpu(shape, plan):
         return False
-    if not _static(shape, plan.output_shape) or row_view_dtype(shape, dtype, plan) is not None:
+    if row_view_dtype(shape, dtype, plan) is not None:
         return False  # the narrow view's bitcast would keep XLA from fusing the pad: a copy of data
     batch = [d for i, d in enumerate(plan.output_shape) if i not in plan.dimension_numbers.offset_dims]
     return math.prod(batch) * len(plan.index_axes) <= SHORT_LOOKUP_INDICES
@@ -152,16 +148,18 @@ def short_row_lookup(shape: tuple, dtype: Any, plan: GatherPlan) -> bool:
 def _element_gather_on_one_cpu(shape: tuple, plan: GatherPlan) -> bool:
     """Whether ``plan`` takes one element of data per output element, with static dims, in a
     process with one CPU device: where the padded fill and the linear index may be used."""
-    if not CPU_LOWERINGS or plan.dimension_numbers.offset_dims:
-        return False
+    return not plan.dimension_numbers.offset_dims and _static_on_one_cpu(shape, plan)
+
+
+def _static_on_one_cpu(shape: tuple, plan: GatherPlan) -> bool:
+    """Whether data may be padded or reshaped by a CPU lowering: JAX 0.7.0 or later, static dims,
+    and one CPU device."""
     # With several CPU devices (a simulated mesh) data may be sharded along an indexed axis;
     # padding or flattening a sharded dim makes the partitioner move data between devices (a
     # collective-permute, an all-gather) that the select and the tuple gather do not need.
-    if _cpu_devices() != 1:
-        return False
     # Symbolic dims (jax.export) keep the select and the tuples, so a program exported for
     # several platforms holds one gather, as it does for the narrow view.
-    return _static(shape, plan.output_shape)
+    return CPU_LOWERINGS and _cpu_devices() == 1 and _static(shape, plan.output_shape)
 
 
 def _cpu_devices() -> int:
@@ -207,12 +205,18 @@ def _read_fill_from_padding_jvp(plan, primals, tangents):
 
 
 def _gather_in_derivative(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    """The gather, linear in ``data``, whose transpose the padded fill's backward pass runs: the
-    one the select's gather is differentiated by (Gather off the leading axis: rows of the
-    moved axis; element gathers: the linear index)."""
-    if plan.op_name == "Gather" and plan.index_axes[0] != 0:
+    """The gather, linear in ``data``, whose transpose every backward pass runs: for Gather off
+    the leading axis, rows of the moved axis; for element gathers on CPU, the linear index; the
+    direct gather otherwise (the narrow view's bitcasts have no derivative)."""
+    if _off_leading_axis(plan, data.shape, idx.shape):
         return _rows_of_moved_axis(data, idx, plan)
     return _linear_in_derivative(data, idx, plan)
+
+
+def _off_leading_axis(plan: GatherPlan, *shapes: tuple) -> bool:
+    # With symbolic dims JAX 0.7.0 cannot export the custom_jvp's gradient (an unsolvable dim
+    # variable); JAX's own rule, a strided scatter, exports everywhere.
+    return plan.op_name == "Gather" and plan.index_axes[0] != 0 and _static(*shapes)
 
 
 def _static(*shapes: tuple) -> bool:
@@ -362,22 +366,14 @@ def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> ja
     return jnp.moveaxis(out, tuple(range(q)), tuple(range(axis, axis + q)))
 
 
-def _differentiated_as(tangent: Any) -> Any:
-    """``_fastest`` with ``tangent(data_dot, idx, plan)`` (linear in ``data_dot``) as its JVP."""
-
-    @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-    def gather_(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-        return _fastest(data, idx, plan)
-
-    @gather_.defjvp
-    def _jvp(plan, primals, tangents):
-        data, idx = primals
-        data_dot, _ = tangents  # integer indices have no tangent
-        return gather_(data, idx, plan), tangent(data_dot, idx, plan)
-
-    return gather_
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _gather_differentiated(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    """``_fastest``, with ``_gather_in_derivative`` of the tangent as its JVP."""
+    return _fastest(data, idx, plan)
 
 
-_gather_in_units = _differentiated_as(_direct)
-_gather_scattered_by_linear_index = _differentiated_as(_linear_in_derivative)
-_gather_off_leading_axis = _differentiated_as(_rows_of_moved_axis)
+@_gather_differentiated.defjvp
+def _gather_differentiated_jvp(plan, primals, tangents):
+    data, idx = primals
+    data_dot, _ = tangents  # integer indices have no tangent
+    return _gather_differentiated(data, idx, plan), _gather_in_derivative(data_dot, idx, plan)
