@@ -18,7 +18,8 @@ import dataclasses
 import functools
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -63,22 +64,27 @@ def _s(n: int, scale: int) -> int:
 
 # ---- GatherElements / GatherND batch dims: operand_batching_dims or iota index components -------
 
+
 def _elements_batching(axis: int) -> Fn:
     def f(d, i):
         plan = plans.gather_elements_plan(d.shape, i.shape, axis)
         return lax.gather(d, i[..., None], plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
+
     return f
 
 
 def _elements_iota(axis: int) -> Fn:
     """The lowering before operand_batching_dims existed (JAX's take_along_axis used it): every
     non-axis coordinate becomes an index component read from an iota."""
+
     def f(d, i):
         r = d.ndim
         parts = [i if k == axis else lax.broadcasted_iota(i.dtype, i.shape, k) for k in range(r)]
-        dn = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=tuple(range(r)),
-                                        start_index_map=tuple(range(r)))
+        dn = lax.GatherDimensionNumbers(
+            offset_dims=(), collapsed_slice_dims=tuple(range(r)), start_index_map=tuple(range(r))
+        )
         return lax.gather(d, jnp.stack(parts, -1), dn, (1,) * r, mode=_PROMISE)
+
     return f
 
 
@@ -93,12 +99,16 @@ def _nd_iota(d, i):
     batch = lax.broadcasted_iota(i.dtype, i.shape[:-1] + (1,), 0)
     full = jnp.concatenate([batch, i], axis=-1)
     indexed = tuple(range(k + 1))
-    dn = lax.GatherDimensionNumbers(offset_dims=tuple(range(q - 1, q - 1 + d.ndim - k - 1)),
-                                    collapsed_slice_dims=indexed, start_index_map=indexed)
-    return lax.gather(d, full, dn, (1,) * (k + 1) + d.shape[k + 1:], mode=_PROMISE)
+    dn = lax.GatherDimensionNumbers(
+        offset_dims=tuple(range(q - 1, q - 1 + d.ndim - k - 1)),
+        collapsed_slice_dims=indexed,
+        start_index_map=indexed,
+    )
+    return lax.gather(d, full, dn, (1,) * (k + 1) + d.shape[k + 1 :], mode=_PROMISE)
 
 
 # ---- bounds: clamp ourselves then promise, or the gather's own modes -----------------------------
+
 
 def _ours(op: Callable[..., jax.Array], attribute: int, mode: str) -> Fn:
     return lambda d, i: op(d, i, attribute, mode=mode, **({"fill_value": 0.0} if mode == "fill" else {}))
@@ -107,16 +117,25 @@ def _ours(op: Callable[..., jax.Array], attribute: int, mode: str) -> Fn:
 def _lax_gather_mode(mode: lax.GatherScatterMode) -> Fn:
     def f(d, i):
         plan = plans.gather_plan(d.shape, i.shape, 0)
-        return lax.gather(d, i[..., None], plan.dimension_numbers, plan.slice_sizes, mode=mode,
-                          fill_value=0.0 if mode == lax.GatherScatterMode.FILL_OR_DROP else None)
+        return lax.gather(
+            d,
+            i[..., None],
+            plan.dimension_numbers,
+            plan.slice_sizes,
+            mode=mode,
+            fill_value=0.0 if mode == lax.GatherScatterMode.FILL_OR_DROP else None,
+        )
+
     return f
 
 
 # ---- bounds arithmetic: unsigned min(i, i + s, s - 1), or a signed normalise-and-clamp -------------
 
+
 def _signed_fill(plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn:
     """The "fill" mode with a compare and select to normalise negatives, a signed clamp, and a
     mask from two signed compares (what jax_gather did before the unsigned arithmetic)."""
+
     def f(d, i):
         plan = plan_fn(d.shape, i.shape, attribute)
         sizes = np.asarray(plan.index_sizes, np.int32)
@@ -129,31 +148,42 @@ def _signed_fill(plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn
             ok = jnp.all(ok, axis=-1)
         out = _lowering.gather(d, idx, plan)  # the library's own gather, so only the arithmetic differs
         return jnp.where(ok, out, jnp.zeros((), d.dtype))
+
     return f
 
 
-def _fill_by(lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn:
+def _fill_by(
+    lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.GatherPlan], attribute: int
+) -> Fn:
     """The "fill" mode through one of jax_gather's two fill lowerings, whichever the library
     would pick: ``_lowering._select_fill`` or ``_lowering._read_fill_from_padding``."""
+
     def f(d, i):
         plan = plan_fn(d.shape, i.shape, attribute)
         ok = _bounds.in_bounds_mask(plan, i)
         ok = ok if plan.append_index_vector_dim else jnp.all(ok, axis=-1)
         return lowering(d, i, ok, jnp.zeros((), d.dtype), plan)
+
     return f
 
 
 # ---- element gathers on CPU: one linear index (GatherND forward, every backward), or not ---------
 
+
 def _gathered_by(
-    lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.GatherPlan], attribute: int, clip: bool = True
+    lowering: Callable[..., jax.Array],
+    plan_fn: Callable[..., plans.GatherPlan],
+    attribute: int,
+    clip: bool = True,
 ) -> Fn:
     """``lowering`` as the gather after the library's index arithmetic ("clip"; without ``clip``,
     negatives normalised only), differentiated as JAX differentiates it: the alternatives to the
     linear index, forward and backward."""
+
     def f(d, i):
         plan = plan_fn(d.shape, i.shape, attribute)
         return lowering(d, _bounds.index_vectors(plan, i, clip=clip), plan)
+
     return f
 
 
@@ -163,26 +193,31 @@ def _tuples(batch_dims: int) -> Fn:
 
 
 def _tuple_select(batch_dims: int) -> Fn:
-    """"fill" as the select after the gather of index tuples (the library's bfloat16 fill
+    """ "fill" as the select after the gather of index tuples (the library's bfloat16 fill
     before the linear index)."""
+
     def f(d, i):
         plan = plans.gather_nd_plan(d.shape, i.shape, batch_dims)
         ok = jnp.all(_bounds.in_bounds_mask(plan, i), axis=-1)
         return _bounds.select_exact(ok, _tuples(batch_dims)(d, i), jnp.zeros((), d.dtype))
+
     return f
 
 
 # ---- the working index dtype -----------------------------------------------------------------------
+
 
 def _plain(plan_fn: Callable[..., plans.GatherPlan], attribute: int, dtype: Any) -> Fn:
     def f(d, i):
         plan = plan_fn(d.shape, i.shape, attribute)
         idx = i.astype(dtype)[..., None] if plan.append_index_vector_dim else i.astype(dtype)
         return lax.gather(d, idx, plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
+
     return f
 
 
 # ---- GatherND rows: an index tuple, or one linearised index into the flattened indexed dims ------
+
 
 def _nd_rows_linear(d, i):
     k = i.shape[-1]
@@ -193,14 +228,19 @@ def _nd_rows_linear(d, i):
 
 # ---- short rows: gathered in narrower units on CPU, or by the direct gather ----------------------
 
-def _as(dtype: Any, make: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
+
+def _as(
+    dtype: Any, make: Callable[[int], tuple[np.ndarray, np.ndarray]]
+) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
     def f(sc):
         d, i = make(sc)
         return (d * 40).astype(dtype), i
+
     return f
 
 
 # ---- the backward pass of Gather off the leading axis --------------------------------------------
+
 
 def _grad(f: Fn) -> Fn:
     return jax.grad(lambda d, i: f(d, i).sum())
@@ -213,15 +253,22 @@ def _gather_axis1_plain(d, i):
 
 def choices() -> list[Choice]:
     ge = lambda sc: (_data(_s(2048, sc), _s(2048, sc)), _ints(_s(2048, sc), _s(2048, sc), _s(2048, sc)))
-    nd_bd1_rows = lambda sc: (_data(_s(64, sc), _s(1024, sc), _s(64, sc)),
-                              _ints(_s(1024, sc), _s(64, sc), _s(2048, sc), 1))
-    nd_bd1_scalars = lambda sc: (_data(_s(64, sc), _s(256, sc), _s(256, sc)),
-                                 _ints(_s(256, sc), _s(64, sc), _s(16384, sc), 2))
+    nd_bd1_rows = lambda sc: (
+        _data(_s(64, sc), _s(1024, sc), _s(64, sc)),
+        _ints(_s(1024, sc), _s(64, sc), _s(2048, sc), 1),
+    )
+    nd_bd1_scalars = lambda sc: (
+        _data(_s(64, sc), _s(256, sc), _s(256, sc)),
+        _ints(_s(256, sc), _s(64, sc), _s(16384, sc), 2),
+    )
     embedding = lambda sc: (_data(_s(50000, sc), _s(512, sc)), _ints(_s(50000, sc), _s(8192, sc)))
     nd_rows = lambda sc: (_data(_s(256, sc), _s(256, sc), _s(64, sc)), _ints(_s(256, sc), _s(100000, sc), 2))
     nd_scalars = lambda sc: (_data(_s(1024, sc), _s(1024, sc)), _ints(_s(1024, sc), _s(1000000, sc), 2))
     axis1 = lambda sc: (_data(_s(512, sc), _s(4096, sc)), _ints(_s(4096, sc), _s(2048, sc)))
-    nd_scalars3 = lambda sc: (_data(_s(100, sc), _s(100, sc), _s(100, sc)), _ints(_s(100, sc), _s(1000000, sc), 3))
+    nd_scalars3 = lambda sc: (
+        _data(_s(100, sc), _s(100, sc), _s(100, sc)),
+        _ints(_s(100, sc), _s(1000000, sc), 3),
+    )
     narrow_embedding = lambda sc: (_data(_s(50000, sc), _s(32, sc)), _ints(_s(50000, sc), _s(65536, sc)))
     # 64 ids of 512-element rows at every scale: a short lookup (lowering.SHORT_LOOKUP_INDICES).
     short_lookup = lambda sc: (_data(_s(50000, sc), 512), _ints(_s(50000, sc), 64))
@@ -230,105 +277,292 @@ def choices() -> list[Choice]:
     select = functools.partial(_fill_by, _lowering._select_fill)
     unsigned = "fill: unsigned min(i, i+s, s-1) (vs a select to normalise and a signed clamp)"
     padded = "fill on CPU: read from a pad of data (vs a select after the gather)"
-    padded_short = "fill on CPU, lookups of up to 128 ids: read from a pad of data (vs a select after the gather)"
+    padded_short = (
+        "fill on CPU, lookups of up to 128 ids: read from a pad of data (vs a select after the gather)"
+    )
     select_long = "fill on CPU, longer row lookups: the select (vs reading it from a pad of data, rejected)"
     short_rows = "rows of 16-64 elements in narrower units on CPU (vs the direct gather)"
     linear = "GatherND elements on CPU: one linear index (vs the index tuple)"
     backward = "element gathers' backward on CPU: one scatter by a linear index into all of data (vs the gather's own transpose)"
     return [
-        Choice("batch dims as operand_batching_dims (vs iota index components)",
-               "gather_elements axis 0, 2048x2048", ge, _elements_batching(0), _elements_iota(0)),
-        Choice("batch dims as operand_batching_dims (vs iota index components)",
-               "gather_elements axis 1, 2048x2048", ge, _elements_batching(1), _elements_iota(1)),
-        Choice("batch dims as operand_batching_dims (vs iota index components)",
-               "gather_nd batch_dims=1 rows", nd_bd1_rows, _nd_batching, _nd_iota),
-        Choice("batch dims as operand_batching_dims (vs iota index components)",
-               "gather_nd batch_dims=1 scalars", nd_bd1_scalars, _nd_batching, _nd_iota),
-        Choice("clip: clamp, then a promised gather (vs the gather's CLIP mode)",
-               "gather axis 0 (embedding)", embedding, _ours(g, 0, "clip"),
-               _lax_gather_mode(lax.GatherScatterMode.CLIP)),
-        Choice("fill: clamp, gather, select (vs the gather's FILL_OR_DROP mode)",
-               "gather axis 0 (embedding)", embedding, _ours(g, 0, "fill"),
-               _lax_gather_mode(lax.GatherScatterMode.FILL_OR_DROP)),
-        Choice(unsigned, "gather_elements axis -1, 2048x2048", ge, select(ge_plan, -1),
-               _signed_fill(ge_plan, -1)),
-        Choice(unsigned, "gather_elements axis 0, 2048x2048", ge, select(ge_plan, 0),
-               _signed_fill(ge_plan, 0)),
-        Choice(unsigned, "gather_nd scalars", nd_scalars, select(nd_plan, 0),
-               _signed_fill(nd_plan, 0)),
-        Choice(unsigned, "gather_nd scalars int8", _as(np.int8, nd_scalars), select(nd_plan, 0),
-               _signed_fill(nd_plan, 0)),
-        Choice(padded, "gather_elements axis -1, 2048x2048", ge, _ours(ge_op, -1, "fill"), select(ge_plan, -1)),
+        Choice(
+            "batch dims as operand_batching_dims (vs iota index components)",
+            "gather_elements axis 0, 2048x2048",
+            ge,
+            _elements_batching(0),
+            _elements_iota(0),
+        ),
+        Choice(
+            "batch dims as operand_batching_dims (vs iota index components)",
+            "gather_elements axis 1, 2048x2048",
+            ge,
+            _elements_batching(1),
+            _elements_iota(1),
+        ),
+        Choice(
+            "batch dims as operand_batching_dims (vs iota index components)",
+            "gather_nd batch_dims=1 rows",
+            nd_bd1_rows,
+            _nd_batching,
+            _nd_iota,
+        ),
+        Choice(
+            "batch dims as operand_batching_dims (vs iota index components)",
+            "gather_nd batch_dims=1 scalars",
+            nd_bd1_scalars,
+            _nd_batching,
+            _nd_iota,
+        ),
+        Choice(
+            "clip: clamp, then a promised gather (vs the gather's CLIP mode)",
+            "gather axis 0 (embedding)",
+            embedding,
+            _ours(g, 0, "clip"),
+            _lax_gather_mode(lax.GatherScatterMode.CLIP),
+        ),
+        Choice(
+            "fill: clamp, gather, select (vs the gather's FILL_OR_DROP mode)",
+            "gather axis 0 (embedding)",
+            embedding,
+            _ours(g, 0, "fill"),
+            _lax_gather_mode(lax.GatherScatterMode.FILL_OR_DROP),
+        ),
+        Choice(
+            unsigned, "gather_elements axis -1, 2048x2048", ge, select(ge_plan, -1), _signed_fill(ge_plan, -1)
+        ),
+        Choice(
+            unsigned, "gather_elements axis 0, 2048x2048", ge, select(ge_plan, 0), _signed_fill(ge_plan, 0)
+        ),
+        Choice(unsigned, "gather_nd scalars", nd_scalars, select(nd_plan, 0), _signed_fill(nd_plan, 0)),
+        Choice(
+            unsigned,
+            "gather_nd scalars int8",
+            _as(np.int8, nd_scalars),
+            select(nd_plan, 0),
+            _signed_fill(nd_plan, 0),
+        ),
+        Choice(
+            padded, "gather_elements axis -1, 2048x2048", ge, _ours(ge_op, -1, "fill"), select(ge_plan, -1)
+        ),
         Choice(padded, "gather_elements axis 0, 2048x2048", ge, _ours(ge_op, 0, "fill"), select(ge_plan, 0)),
-        Choice(padded, "gather_elements axis 0 int8", _as(np.int8, ge), _ours(ge_op, 0, "fill"),
-               select(ge_plan, 0)),
+        Choice(
+            padded,
+            "gather_elements axis 0 int8",
+            _as(np.int8, ge),
+            _ours(ge_op, 0, "fill"),
+            select(ge_plan, 0),
+        ),
         Choice(padded, "gather_nd scalars", nd_scalars, _ours(nd, 0, "fill"), select(nd_plan, 0)),
-        Choice(padded, "gather_nd scalars int8", _as(np.int8, nd_scalars), _ours(nd, 0, "fill"),
-               select(nd_plan, 0)),
-        Choice(padded, "gather_nd batch_dims=1 scalars", nd_bd1_scalars, _ours(nd, 1, "fill"),
-               select(nd_plan, 1)),
-        Choice("fill on CPU: the select for bfloat16 (vs reading it from a pad of data, rejected)",
-               "gather_nd scalars bfloat16", _as(jnp.bfloat16, nd_scalars), _ours(nd, 0, "fill"),
-               _fill_by(_lowering._read_fill_from_padding, nd_plan, 0)),
-        Choice(padded_short, "gather axis 0, 64 ids of 50000x512", short_lookup, _ours(g, 0, "fill"),
-               select(plans.gather_plan, 0)),
-        Choice(padded_short, "gather axis 0, 64 ids of 50000x512 int8", _as(np.int8, short_lookup),
-               _ours(g, 0, "fill"), select(plans.gather_plan, 0)),
-        Choice(select_long, "gather axis 0 (embedding)", embedding, _ours(g, 0, "fill"),
-               _fill_by(_lowering._read_fill_from_padding, plans.gather_plan, 0)),
-        Choice(select_long, "gather axis 0 (embedding) int8", _as(np.int8, embedding), _ours(g, 0, "fill"),
-               _fill_by(_lowering._read_fill_from_padding, plans.gather_plan, 0)),
+        Choice(
+            padded,
+            "gather_nd scalars int8",
+            _as(np.int8, nd_scalars),
+            _ours(nd, 0, "fill"),
+            select(nd_plan, 0),
+        ),
+        Choice(
+            padded, "gather_nd batch_dims=1 scalars", nd_bd1_scalars, _ours(nd, 1, "fill"), select(nd_plan, 1)
+        ),
+        Choice(
+            "fill on CPU: the select for bfloat16 (vs reading it from a pad of data, rejected)",
+            "gather_nd scalars bfloat16",
+            _as(jnp.bfloat16, nd_scalars),
+            _ours(nd, 0, "fill"),
+            _fill_by(_lowering._read_fill_from_padding, nd_plan, 0),
+        ),
+        Choice(
+            padded_short,
+            "gather axis 0, 64 ids of 50000x512",
+            short_lookup,
+            _ours(g, 0, "fill"),
+            select(plans.gather_plan, 0),
+        ),
+        Choice(
+            padded_short,
+            "gather axis 0, 64 ids of 50000x512 int8",
+            _as(np.int8, short_lookup),
+            _ours(g, 0, "fill"),
+            select(plans.gather_plan, 0),
+        ),
+        Choice(
+            select_long,
+            "gather axis 0 (embedding)",
+            embedding,
+            _ours(g, 0, "fill"),
+            _fill_by(_lowering._read_fill_from_padding, plans.gather_plan, 0),
+        ),
+        Choice(
+            select_long,
+            "gather axis 0 (embedding) int8",
+            _as(np.int8, embedding),
+            _ours(g, 0, "fill"),
+            _fill_by(_lowering._read_fill_from_padding, plans.gather_plan, 0),
+        ),
         Choice(linear, "gather_nd scalars", nd_scalars, _ours(nd, 0, "promise_in_bounds"), _tuples(0)),
-        Choice(linear, "gather_nd scalars int8", _as(np.int8, nd_scalars), _ours(nd, 0, "promise_in_bounds"),
-               _tuples(0)),
-        Choice(linear, "gather_nd batch_dims=1 scalars", nd_bd1_scalars, _ours(nd, 1, "promise_in_bounds"),
-               _tuples(1)),
-        Choice(linear, "gather_nd scalars bfloat16", _as(jnp.bfloat16, nd_scalars),
-               _ours(nd, 0, "promise_in_bounds"), _tuples(0)),
-        Choice(linear + ", the fill selected after it", "gather_nd scalars bfloat16",
-               _as(jnp.bfloat16, nd_scalars), _ours(nd, 0, "fill"), _tuple_select(0)),
-        Choice(linear + ", backward through it", "grad of gather_nd scalars", nd_scalars,
-               _grad(_ours(nd, 0, "clip")), _grad(_tuples(0))),
-        Choice(linear + ", backward through it", "grad of gather_nd batch_dims=1 scalars", nd_bd1_scalars,
-               _grad(_ours(nd, 1, "clip")), _grad(_tuples(1))),
-        Choice(linear, "gather_nd scalars, 100x100x100", nd_scalars3, _ours(nd, 0, "promise_in_bounds"),
-               _tuples(0)),
-        Choice(linear + ", backward through it", "grad of gather_nd scalars, 100x100x100", nd_scalars3,
-               _grad(_ours(nd, 0, "clip")), _grad(_tuples(0))),
-        Choice(linear, "gather_nd scalars float64", _as(np.float64, nd_scalars),
-               _ours(nd, 0, "promise_in_bounds"), _tuples(0), x64=True),
-        Choice(backward, "grad of gather_elements axis -1, 2048x2048", ge, _grad(_ours(ge_op, -1, "clip")),
-               _grad(_gathered_by(_lowering._direct, ge_plan, -1))),
-        Choice(backward, "grad of gather_elements axis 0, 2048x2048", ge, _grad(_ours(ge_op, 0, "clip")),
-               _grad(_gathered_by(_lowering._direct, ge_plan, 0))),
-        Choice(backward, "grad of gather_elements axis 0 bfloat16", _as(jnp.bfloat16, ge),
-               _grad(_ours(ge_op, 0, "clip")), _grad(_gathered_by(_lowering._direct, ge_plan, 0))),
-        Choice(backward + ", batch dims flattened too", "grad of gather_nd batch_dims=1 scalars", nd_bd1_scalars,
-               _grad(_ours(nd, 1, "clip")), _grad(_gathered_by(_lowering._as_flat, nd_plan, 1))),
-        Choice("int32 working indices where the axes allow (vs int64)",
-               "gather_elements axis 0, 2048x2048", ge, _plain(plans.gather_elements_plan, 0, jnp.int32),
-               _plain(plans.gather_elements_plan, 0, jnp.int64), x64=True),
-        Choice("int32 working indices where the axes allow (vs int64)",
-               "gather_nd scalars", nd_scalars, _plain(plans.gather_nd_plan, 0, jnp.int32),
-               _plain(plans.gather_nd_plan, 0, jnp.int64), x64=True),
-        Choice("GatherND rows: an index tuple (vs one linearised index, rejected)",
-               "gather_nd rows", nd_rows, _ours(nd, 0, "clip"), _nd_rows_linear),
-        Choice(short_rows, "gather_nd rows", nd_rows, _ours(nd, 0, "promise_in_bounds"),
-               _plain(plans.gather_nd_plan, 0, jnp.int32)),
-        Choice(short_rows, "gather_nd rows bfloat16", _as(jnp.bfloat16, nd_rows), _ours(nd, 0, "promise_in_bounds"),
-               _plain(plans.gather_nd_plan, 0, jnp.int32)),
-        Choice(short_rows, "gather_nd rows int8", _as(np.int8, nd_rows), _ours(nd, 0, "promise_in_bounds"),
-               _plain(plans.gather_nd_plan, 0, jnp.int32)),
-        Choice(short_rows, "gather_nd batch_dims=1 rows", nd_bd1_rows, _ours(nd, 1, "promise_in_bounds"),
-               _plain(plans.gather_nd_plan, 1, jnp.int32)),
-        Choice(short_rows, "gather axis 0, 50000x32 table, 65536 ids", narrow_embedding,
-               _ours(g, 0, "promise_in_bounds"), _plain(plans.gather_plan, 0, jnp.int32)),
-        Choice("bfloat16 rows of 16 elements or more in bytes on CPU (vs the direct gather)",
-               "gather axis 0 (embedding) bfloat16", _as(jnp.bfloat16, embedding),
-               _ours(g, 0, "promise_in_bounds"), _plain(plans.gather_plan, 0, jnp.int32)),
-        Choice("Gather axis 1 backward: rows of the moved axis (vs a strided scatter)",
-               "grad of gather axis 1", axis1, _grad(_ours(g, 1, "promise_in_bounds")),
-               _grad(_gather_axis1_plain)),
+        Choice(
+            linear,
+            "gather_nd scalars int8",
+            _as(np.int8, nd_scalars),
+            _ours(nd, 0, "promise_in_bounds"),
+            _tuples(0),
+        ),
+        Choice(
+            linear,
+            "gather_nd batch_dims=1 scalars",
+            nd_bd1_scalars,
+            _ours(nd, 1, "promise_in_bounds"),
+            _tuples(1),
+        ),
+        Choice(
+            linear,
+            "gather_nd scalars bfloat16",
+            _as(jnp.bfloat16, nd_scalars),
+            _ours(nd, 0, "promise_in_bounds"),
+            _tuples(0),
+        ),
+        Choice(
+            linear + ", the fill selected after it",
+            "gather_nd scalars bfloat16",
+            _as(jnp.bfloat16, nd_scalars),
+            _ours(nd, 0, "fill"),
+            _tuple_select(0),
+        ),
+        Choice(
+            linear + ", backward through it",
+            "grad of gather_nd scalars",
+            nd_scalars,
+            _grad(_ours(nd, 0, "clip")),
+            _grad(_tuples(0)),
+        ),
+        Choice(
+            linear + ", backward through it",
+            "grad of gather_nd batch_dims=1 scalars",
+            nd_bd1_scalars,
+            _grad(_ours(nd, 1, "clip")),
+            _grad(_tuples(1)),
+        ),
+        Choice(
+            linear,
+            "gather_nd scalars, 100x100x100",
+            nd_scalars3,
+            _ours(nd, 0, "promise_in_bounds"),
+            _tuples(0),
+        ),
+        Choice(
+            linear + ", backward through it",
+            "grad of gather_nd scalars, 100x100x100",
+            nd_scalars3,
+            _grad(_ours(nd, 0, "clip")),
+            _grad(_tuples(0)),
+        ),
+        Choice(
+            linear,
+            "gather_nd scalars float64",
+            _as(np.float64, nd_scalars),
+            _ours(nd, 0, "promise_in_bounds"),
+            _tuples(0),
+            x64=True,
+        ),
+        Choice(
+            backward,
+            "grad of gather_elements axis -1, 2048x2048",
+            ge,
+            _grad(_ours(ge_op, -1, "clip")),
+            _grad(_gathered_by(_lowering._direct, ge_plan, -1)),
+        ),
+        Choice(
+            backward,
+            "grad of gather_elements axis 0, 2048x2048",
+            ge,
+            _grad(_ours(ge_op, 0, "clip")),
+            _grad(_gathered_by(_lowering._direct, ge_plan, 0)),
+        ),
+        Choice(
+            backward,
+            "grad of gather_elements axis 0 bfloat16",
+            _as(jnp.bfloat16, ge),
+            _grad(_ours(ge_op, 0, "clip")),
+            _grad(_gathered_by(_lowering._direct, ge_plan, 0)),
+        ),
+        Choice(
+            backward + ", batch dims flattened too",
+            "grad of gather_nd batch_dims=1 scalars",
+            nd_bd1_scalars,
+            _grad(_ours(nd, 1, "clip")),
+            _grad(_gathered_by(_lowering._as_flat, nd_plan, 1)),
+        ),
+        Choice(
+            "int32 working indices where the axes allow (vs int64)",
+            "gather_elements axis 0, 2048x2048",
+            ge,
+            _plain(plans.gather_elements_plan, 0, jnp.int32),
+            _plain(plans.gather_elements_plan, 0, jnp.int64),
+            x64=True,
+        ),
+        Choice(
+            "int32 working indices where the axes allow (vs int64)",
+            "gather_nd scalars",
+            nd_scalars,
+            _plain(plans.gather_nd_plan, 0, jnp.int32),
+            _plain(plans.gather_nd_plan, 0, jnp.int64),
+            x64=True,
+        ),
+        Choice(
+            "GatherND rows: an index tuple (vs one linearised index, rejected)",
+            "gather_nd rows",
+            nd_rows,
+            _ours(nd, 0, "clip"),
+            _nd_rows_linear,
+        ),
+        Choice(
+            short_rows,
+            "gather_nd rows",
+            nd_rows,
+            _ours(nd, 0, "promise_in_bounds"),
+            _plain(plans.gather_nd_plan, 0, jnp.int32),
+        ),
+        Choice(
+            short_rows,
+            "gather_nd rows bfloat16",
+            _as(jnp.bfloat16, nd_rows),
+            _ours(nd, 0, "promise_in_bounds"),
+            _plain(plans.gather_nd_plan, 0, jnp.int32),
+        ),
+        Choice(
+            short_rows,
+            "gather_nd rows int8",
+            _as(np.int8, nd_rows),
+            _ours(nd, 0, "promise_in_bounds"),
+            _plain(plans.gather_nd_plan, 0, jnp.int32),
+        ),
+        Choice(
+            short_rows,
+            "gather_nd batch_dims=1 rows",
+            nd_bd1_rows,
+            _ours(nd, 1, "promise_in_bounds"),
+            _plain(plans.gather_nd_plan, 1, jnp.int32),
+        ),
+        Choice(
+            short_rows,
+            "gather axis 0, 50000x32 table, 65536 ids",
+            narrow_embedding,
+            _ours(g, 0, "promise_in_bounds"),
+            _plain(plans.gather_plan, 0, jnp.int32),
+        ),
+        Choice(
+            "bfloat16 rows of 16 elements or more in bytes on CPU (vs the direct gather)",
+            "gather axis 0 (embedding) bfloat16",
+            _as(jnp.bfloat16, embedding),
+            _ours(g, 0, "promise_in_bounds"),
+            _plain(plans.gather_plan, 0, jnp.int32),
+        ),
+        Choice(
+            "Gather axis 1 backward: rows of the moved axis (vs a strided scatter)",
+            "grad of gather axis 1",
+            axis1,
+            _grad(_ours(g, 1, "promise_in_bounds")),
+            _grad(_gather_axis1_plain),
+        ),
     ]
 
 
@@ -352,21 +586,46 @@ def collectives() -> list[dict[str, Any]]:
     put = lambda x, *spec: jax.device_put(jnp.asarray(x), NamedSharding(mesh, P(*spec)))
     grad = lambda f: jax.grad(lambda d, i: f(d, i).sum())
     cases = [
-        ("gather_elements axis 1, rows sharded", _elements_batching(1), _elements_iota(1),
-         put(_data(8 * n, 128), "x", None), put(_ints(128, 8 * n, 128), "x", None)),
-        ("gather_elements axis 0, columns sharded", _elements_batching(0), _elements_iota(0),
-         put(_data(128, 8 * n), None, "x"), put(_ints(128, 128, 8 * n), None, "x")),
-        ("gather_nd batch_dims=1 rows, batch sharded", _nd_batching, _nd_iota,
-         put(_data(n, 100, 16), "x"), put(_ints(100, n, 5, 1), "x")),
-        ("gather_nd batch_dims=1 scalars, batch sharded", _nd_batching, _nd_iota,
-         put(_data(n, 32, 32), "x"), put(_ints(32, n, 5, 2), "x")),
+        (
+            "gather_elements axis 1, rows sharded",
+            _elements_batching(1),
+            _elements_iota(1),
+            put(_data(8 * n, 128), "x", None),
+            put(_ints(128, 8 * n, 128), "x", None),
+        ),
+        (
+            "gather_elements axis 0, columns sharded",
+            _elements_batching(0),
+            _elements_iota(0),
+            put(_data(128, 8 * n), None, "x"),
+            put(_ints(128, 128, 8 * n), None, "x"),
+        ),
+        (
+            "gather_nd batch_dims=1 rows, batch sharded",
+            _nd_batching,
+            _nd_iota,
+            put(_data(n, 100, 16), "x"),
+            put(_ints(100, n, 5, 1), "x"),
+        ),
+        (
+            "gather_nd batch_dims=1 scalars, batch sharded",
+            _nd_batching,
+            _nd_iota,
+            put(_data(n, 32, 32), "x"),
+            put(_ints(32, n, 5, 2), "x"),
+        ),
     ]
-    return [{
-        "shape": name, "devices": n,
-        "chosen": _collectives_in(chosen, d, i), "alternative": _collectives_in(alt, d, i),
-        "chosen_backward": _collectives_in(grad(chosen), d, i),
-        "alternative_backward": _collectives_in(grad(alt), d, i),
-    } for name, chosen, alt, d, i in cases]
+    return [
+        {
+            "shape": name,
+            "devices": n,
+            "chosen": _collectives_in(chosen, d, i),
+            "alternative": _collectives_in(alt, d, i),
+            "chosen_backward": _collectives_in(grad(chosen), d, i),
+            "alternative_backward": _collectives_in(grad(alt), d, i),
+        }
+        for name, chosen, alt, d, i in cases
+    ]
 
 
 def _with_x64(choice: Choice, fn: Callable[[], Any]) -> Any:
@@ -384,10 +643,14 @@ def run_choice(choice: Choice, rounds: int, reps: int, scale: int = 1) -> dict[s
         d, i = jnp.asarray(data), jnp.asarray(indices)
         chosen, alternative = jax.jit(choice.chosen), jax.jit(choice.alternative)
         np.testing.assert_allclose(np.asarray(chosen(d, i)), np.asarray(alternative(d, i)), rtol=1e-6)
-        times = bench._paired_rounds({
-            "chosen": lambda: chosen(d, i).block_until_ready(),
-            "alternative": lambda: alternative(d, i).block_until_ready(),
-        }, rounds, reps)
+        times = bench._paired_rounds(
+            {
+                "chosen": lambda: chosen(d, i).block_until_ready(),
+                "alternative": lambda: alternative(d, i).block_until_ready(),
+            },
+            rounds,
+            reps,
+        )
         return times
 
     times = _with_x64(choice, body)
@@ -407,18 +670,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, default=1, help="divide every dimension by this")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--only", metavar="TEXT", help="run only the choices whose name contains TEXT")
-    parser.add_argument("--no-tune-allocator", dest="tune_allocator", action="store_false",
-                        help="keep glibc's defaults (fresh-page faults then weigh on both programs)")
-    parser.add_argument("--collectives", action="store_true",
-                        help="instead of timing, list the collectives of the batch-dims choice under "
-                        "SPMD (run with XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    parser.add_argument(
+        "--no-tune-allocator",
+        dest="tune_allocator",
+        action="store_false",
+        help="keep glibc's defaults (fresh-page faults then weigh on both programs)",
+    )
+    parser.add_argument(
+        "--collectives",
+        action="store_true",
+        help="instead of timing, list the collectives of the batch-dims choice under "
+        "SPMD (run with XLA_FLAGS=--xla_force_host_platform_device_count=8)",
+    )
     args = parser.parse_args(argv)
     if args.collectives:
         print(f"{'shape':48s} {'chosen':>12s} {'alternative':>12s} {'chosen bwd':>12s} {'alt bwd':>12s}")
         for row in collectives():
             show = lambda c: ", ".join(c) or "none"
-            print(f"{row['shape']:48s} {show(row['chosen']):>12s} {show(row['alternative']):>12s} "
-                  f"{show(row['chosen_backward']):>12s} {show(row['alternative_backward']):>12s}")
+            print(
+                f"{row['shape']:48s} {show(row['chosen']):>12s} {show(row['alternative']):>12s} "
+                f"{show(row['chosen_backward']):>12s} {show(row['alternative_backward']):>12s}"
+            )
         return 0
     if args.tune_allocator:
         jax_gather.tune_cpu_allocator()
@@ -429,8 +701,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         row = run_choice(choice, args.rounds, args.reps, args.scale)
         rows.append(row)
-        print(f"{row['choice']:72s} {row['shape']:36s} {row['chosen_ms']:9.2f} "
-              f"{row['alternative_ms']:8.2f} {row['alternative_over_chosen']:10.2f}", flush=True)
+        print(
+            f"{row['choice']:72s} {row['shape']:36s} {row['chosen_ms']:9.2f} "
+            f"{row['alternative_ms']:8.2f} {row['alternative_over_chosen']:10.2f}",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": bench.describe_machine(), "rows": rows}, f, indent=1)

@@ -80,8 +80,7 @@ def _all_in_bounds(plan: GatherPlan, indices: np.ndarray) -> bool:
         leading = tuple(range(indices.ndim - 1))
         lows, highs = indices.min(axis=leading), indices.max(axis=leading)
     return all(
-        -size <= int(low) and int(high) < size
-        for low, high, size in zip(lows, highs, plan.index_sizes)
+        -size <= int(low) and int(high) < size for low, high, size in zip(lows, highs, plan.index_sizes)
     )
 
 
@@ -89,8 +88,7 @@ def _index_dtype(plan: GatherPlan) -> Any:
     """int32, or int64 where an indexed axis may be longer than int32 can address. A symbolic
     axis (jax.export) may be, when x64 is on; without x64 JAX's own shape arithmetic is int32."""
     wide = any(
-        jax.config.jax_enable_x64 if export.is_symbolic_dim(s) else s > _INT32.max
-        for s in plan.index_sizes
+        jax.config.jax_enable_x64 if export.is_symbolic_dim(s) else s > _INT32.max for s in plan.index_sizes
     )
     return jnp.int64 if wide else jnp.int32
 

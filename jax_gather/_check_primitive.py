@@ -24,8 +24,8 @@ from jax.interpreters import ad, batching, mlir
 try:
     import inspect
 
-    from jax.extend.core import Primitive
     from jax._src import checkify as _checkify_internals
+    from jax.extend.core import Primitive
 
     _ERROR_RULES = _checkify_internals.error_checks
     _assert_func = _checkify_internals.assert_func
@@ -64,7 +64,9 @@ if _ERROR_RULES is not None:
         if ok_dim is not None:
             # Report the first failing example, as checkify does for a batched check.
             ok = jnp.moveaxis(ok, ok_dim, 0)
-            fmt = [f if d is None else _at_first_false(ok, jnp.moveaxis(f, d, 0)) for f, d in zip(fmt, fmt_dims)]
+            fmt = [
+                f if d is None else _at_first_false(ok, jnp.moveaxis(f, d, 0)) for f, d in zip(fmt, fmt_dims)
+            ]
             ok = jnp.all(ok)
         return _check_p.bind(indices, ok, *fmt, message=message), indices_dim
 
@@ -77,7 +79,7 @@ if _ERROR_RULES is not None:
 
     def _error_rule(*args: Any, message: str) -> Any:
         context = args[:1] if _TAKES_CONTEXT else ()
-        error, enabled_errors, indices, ok, *fmt = args[len(context):]
+        error, enabled_errors, indices, ok, *fmt = args[len(context) :]
         if _FailedCheckError in enabled_errors:
             # Older checkify (jax 0.4.35) needs arrays in the payload, not Python scalars.
             failure = _FailedCheckError(_get_traceback(), message, *map(jnp.asarray, fmt))

@@ -7,15 +7,17 @@ Each helper takes the op's name and the argument's name, so every message reads
 from __future__ import annotations
 
 import operator
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
 # Raised by a comparison of symbolic dims (jax.export) that their constraints leave open.
-_INCONCLUSIVE = getattr(jax.errors, "InconclusiveDimensionOperation", None) or getattr(
-    jax.core, "InconclusiveDimensionOperation"  # where older JAX (0.4.35) keeps it
-)
+if hasattr(jax.errors, "InconclusiveDimensionOperation"):
+    _INCONCLUSIVE = jax.errors.InconclusiveDimensionOperation
+else:  # where older JAX (0.4.35) keeps it
+    _INCONCLUSIVE = jax.core.InconclusiveDimensionOperation
 
 MODES = ("checked", "clip", "fill", "promise_in_bounds")
 

@@ -48,7 +48,8 @@ from __future__ import annotations
 import functools
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -103,7 +104,10 @@ def gather_or_fill(
     if not fills_from_padding(data.shape, data.dtype, plan):
         return _select_fill(data, indices, ok, fill, plan)
     return lax.platform_dependent(
-        data, indices, ok, fill,
+        data,
+        indices,
+        ok,
+        fill,
         cpu=functools.partial(_read_fill_from_padding, plan=plan),
         default=functools.partial(_select_fill, plan=plan),
     )
@@ -170,7 +174,11 @@ def _cpu_devices() -> int:
 
 
 def _select_fill(
-    data: jax.Array, indices: jax.Array, ok: jax.Array, fill: jax.Array, plan: GatherPlan,
+    data: jax.Array,
+    indices: jax.Array,
+    ok: jax.Array,
+    fill: jax.Array,
+    plan: GatherPlan,
     gather_fn: Callable[..., jax.Array] | None = None,
 ) -> jax.Array:
     out = (gather_fn or gather)(data, _bounds.index_vectors(plan, indices, clip=False), plan)
@@ -346,12 +354,15 @@ def _fastest(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     return _on_cpu(_cpu_lowering(data.shape, data.dtype, plan), data, idx, plan)
 
 
-def _on_cpu(cpu: Callable[..., jax.Array] | None, data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+def _on_cpu(
+    cpu: Callable[..., jax.Array] | None, data: jax.Array, idx: jax.Array, plan: GatherPlan
+) -> jax.Array:
     """``cpu`` in a CPU lowering and ``_direct`` in any other; ``_direct`` alone without ``cpu``."""
     if cpu is None:
         return _direct(data, idx, plan)
     return lax.platform_dependent(
-        data, idx,
+        data,
+        idx,
         cpu=functools.partial(cpu, plan=plan),
         default=functools.partial(_direct, plan=plan),
     )

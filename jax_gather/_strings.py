@@ -8,7 +8,8 @@ needs concrete indices, so it works eagerly only.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np

@@ -8,7 +8,7 @@ what the rest of the program sees.
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager
+from contextlib import AbstractContextManager as ContextManager
 
 import jax
 

@@ -21,7 +21,7 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
 
-_state: "AllocatorTuning | None" = None
+_state: AllocatorTuning | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +101,9 @@ def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> AllocatorTuning:
     done = []
     for name, param, value in settings:
         if libc.mallopt(param, value) != 1:
-            warnings.warn(f"tune_cpu_allocator: mallopt({name}, {value}) failed", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"tune_cpu_allocator: mallopt({name}, {value}) failed", RuntimeWarning, stacklevel=2
+            )
             continue
         done.append((name, value))
     _state = AllocatorTuning(bool(done), tuple(done), "" if done else "mallopt refused every setting")

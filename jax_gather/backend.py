@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,9 +35,7 @@ try:
     from onnx import AttributeProto, TensorProto, helper, numpy_helper
     from onnx.backend.base import BackendRep
 except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "jax_gather.backend needs the onnx package: pip install 'jax_gather[onnx]'"
-    ) from error
+    raise ImportError("jax_gather.backend needs the onnx package: pip install 'jax_gather[onnx]'") from error
 
 from jax_gather import _strings, ops
 from jax_gather._checks import fail
@@ -304,8 +303,7 @@ def to_jax(model: Any) -> Callable[..., tuple[Any, ...]]:
             raise fail(
                 TypeError,
                 _MODEL,
-                f"the function takes {len(graph.inputs)} inputs {list(graph.inputs)}, "
-                f"got {len(inputs)}",
+                f"the function takes {len(graph.inputs)} inputs {list(graph.inputs)}, got {len(inputs)}",
             )
         return tuple(_as_jax(value) for value in _evaluate(graph, dict(zip(graph.inputs, inputs))))
 
@@ -366,8 +364,7 @@ def _load(model: Any) -> onnx.ModelProto:
     raise fail(
         TypeError,
         _MODEL,
-        f"model must be an onnx.ModelProto, its serialized bytes or a path, "
-        f"got {type(model).__name__}",
+        f"model must be an onnx.ModelProto, its serialized bytes or a path, got {type(model).__name__}",
     )
 
 
@@ -413,8 +410,7 @@ def _schema(node: onnx.NodeProto, opset: int, label: str) -> Any:
         raise fail(
             ValueError,
             label,
-            f"the op must be defined at the model's opset, got opset {opset}, which has no "
-            f"{node.op_type}",
+            f"the op must be defined at the model's opset, got opset {opset}, which has no {node.op_type}",
         ) from None
 
 
@@ -437,8 +433,7 @@ def _attributes(node: onnx.NodeProto, schema: Any, label: str) -> dict[str, Any]
             raise fail(
                 TypeError,
                 label,
-                f"attribute {name} must be of type {type_name(expected)}, "
-                f"got {type_name(attribute.type)}",
+                f"attribute {name} must be of type {type_name(expected)}, got {type_name(attribute.type)}",
             )
         values[name] = helper.get_attribute_value(attribute)
     for name, spec in schema.attributes.items():
@@ -465,9 +460,7 @@ def _check_inputs(node: onnx.NodeProto, schema: Any, types: Mapping[str, int], l
         _check_type(node, schema, spec, name, types[name], label)
 
 
-def _check_type(
-    node: onnx.NodeProto, schema: Any, spec: Any, name: str, elem_type: int, label: str
-) -> None:
+def _check_type(node: onnx.NodeProto, schema: Any, spec: Any, name: str, elem_type: int, label: str) -> None:
     """A tensor's type against the schema's constraint for the input or output ``spec``."""
     constraints = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
     allowed = constraints.get(spec.type_str, [spec.type_str])
@@ -477,8 +470,7 @@ def _check_type(
         raise fail(
             TypeError,
             label,
-            f"{spec.name} must be {rule} ({node.op_type}-{schema.since_version}), "
-            f"got {actual} ({name!r})",
+            f"{spec.name} must be {rule} ({node.op_type}-{schema.since_version}), got {actual} ({name!r})",
         )
 
 
@@ -594,8 +586,7 @@ def _feeds(graph: _Graph, inputs: Any) -> dict[str, np.ndarray]:
             raise fail(
                 ValueError,
                 _MODEL,
-                f"inputs must be {len(graph.inputs)} arrays, for {list(graph.inputs)}, "
-                f"got {len(inputs)}",
+                f"inputs must be {len(graph.inputs)} arrays, for {list(graph.inputs)}, got {len(inputs)}",
             )
         named = dict(zip(graph.inputs, inputs))
     return {name: _as_feed(name, value, graph.input_types[name]) for name, value in named.items()}
@@ -634,7 +625,7 @@ def _in_node(error: Exception, node: _Node) -> Exception:
     message = str(error)
     if type(error) not in (IndexError, TypeError, ValueError) or not message.startswith(prefix):
         return error
-    return type(error)(f"{node.label}: {message[len(prefix):]}")
+    return type(error)(f"{node.label}: {message[len(prefix) :]}")
 
 
 def _as_jax(value: Any) -> Any:
@@ -664,9 +655,7 @@ def _jax_device(device: str) -> jax.Device:
         devices = []
     if int(index or 0) >= len(devices):
         seen = ", ".join(str(d) for d in jax.devices())
-        raise fail(
-            RuntimeError, "jax_gather.backend", f"device {device!r} is not one JAX has here ({seen})"
-        )
+        raise fail(RuntimeError, "jax_gather.backend", f"device {device!r} is not one JAX has here ({seen})")
     return devices[int(index or 0)]
 
 

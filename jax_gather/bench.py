@@ -30,7 +30,8 @@ import json
 import math
 import sys
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class Case:
     short: bool = False
     quick: bool = False
 
-    def scaled(self, divisor: int) -> "Case":
+    def scaled(self, divisor: int) -> Case:
         """The same case with every dim divided by ``divisor`` (at least 1): for tests."""
         shrink = lambda shape: tuple(max(1, d // divisor) for d in shape)
         tail = self.indices_shape[-1:] if self.op == "gather_nd" else ()
@@ -67,7 +68,9 @@ class Case:
             # Batch dims must stay equal to data's.
             b = self.attribute + self.vmapped
             data = shrink(self.data_shape)
-            return dataclasses.replace(self, data_shape=data, indices_shape=data[:b] + shrink(head[b:]) + tail)
+            return dataclasses.replace(
+                self, data_shape=data, indices_shape=data[:b] + shrink(head[b:]) + tail
+            )
         if self.op == "gather_elements":
             data = shrink(self.data_shape)
             return dataclasses.replace(self, data_shape=data, indices_shape=data)
@@ -85,10 +88,20 @@ def _cases() -> list[Case]:
         Case("gather_nd batch_dims=1 rows", "gather_nd", 1, (64, 1024, 64), (64, 2048, 1)),
         Case("gather_nd batch_dims=1 scalars", "gather_nd", 1, (64, 256, 256), (64, 16384, 2)),
         Case("vmap gather axis 0", "gather", 0, (16, 4096, 128), (16, 2048), vmapped=True),
-        Case("vmap gather_elements axis -1", "gather_elements", -1, (16, 512, 512), (16, 512, 512), vmapped=True),
+        Case(
+            "vmap gather_elements axis -1",
+            "gather_elements",
+            -1,
+            (16, 512, 512),
+            (16, 512, 512),
+            vmapped=True,
+        ),
     ]
-    variants = [dataclasses.replace(c, dtype=dt, name=f"{c.name} {dt}", quick=False)
-                for c in base[:6] for dt in ("bfloat16", "int8")]
+    variants = [
+        dataclasses.replace(c, dtype=dt, name=f"{c.name} {dt}", quick=False)
+        for c in base[:6]
+        for dt in ("bfloat16", "int8")
+    ]
     # One batch of 64 tokens: a call short enough that the runtime's fixed costs decide it.
     small = [
         Case("gather axis 0, 64 ids", "gather", 0, (50000, 512), (64,), short=True),
@@ -102,6 +115,7 @@ CASES = _cases()
 
 # ---- the contenders -----------------------------------------------------------------------------
 
+
 def _jnp_equivalent(case: Case) -> Callable[[Any, Any], Any]:
     import jax
     import jax.numpy as jnp
@@ -112,8 +126,10 @@ def _jnp_equivalent(case: Case) -> Callable[[Any, Any], Any]:
     elif case.op == "gather_elements":
         fn = lambda d, i: jnp.take_along_axis(d, i, axis=a)
     else:
+
         def nd(d, i):
             return d[tuple(i[..., c] for c in range(i.shape[-1]))]
+
         fn = nd
         for _ in range(a):  # GatherND batch dims are a vmap of the unbatched gather
             fn = jax.vmap(fn)
@@ -127,12 +143,14 @@ def _numpy_equivalent(case: Case) -> Callable[[np.ndarray, np.ndarray], np.ndarr
     elif case.op == "gather_elements":
         one = lambda d, i: np.take_along_axis(d, i, axis=a)
     else:
+
         def one(d, i):
             b = a
             lead = tuple(
                 np.arange(n).reshape((-1,) + (1,) * (i.ndim - 2 - k)) for k, n in enumerate(i.shape[:b])
             )
             return d[lead + tuple(i[..., c] for c in range(i.shape[-1]))]
+
     if case.vmapped:
         return lambda d, i: np.stack([one(x, y) for x, y in zip(d, i)])
     return one
@@ -152,9 +170,12 @@ def _onnxruntime_session(case: Case, data: np.ndarray, indices: np.ndarray):
     attr = {"axis": case.attribute} if case.op != "gather_nd" else {"batch_dims": case.attribute}
     node = helper.make_node(op_type, ["data", "indices"], ["out"], **attr)
     graph = helper.make_graph(
-        [node], "bench",
-        [helper.make_tensor_value_info("data", helper.np_dtype_to_tensor_dtype(data.dtype), data.shape),
-         helper.make_tensor_value_info("indices", onnx.TensorProto.INT64, indices.shape)],
+        [node],
+        "bench",
+        [
+            helper.make_tensor_value_info("data", helper.np_dtype_to_tensor_dtype(data.dtype), data.shape),
+            helper.make_tensor_value_info("indices", onnx.TensorProto.INT64, indices.shape),
+        ],
         [helper.make_tensor_value_info("out", helper.np_dtype_to_tensor_dtype(data.dtype), None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -185,8 +206,11 @@ def _make_inputs(case: Case, rng: np.random.Generator) -> tuple[np.ndarray, np.n
 def _plan(case: Case, data_shape: tuple[int, ...], indices_shape: tuple[int, ...]):
     from jax_gather import plans
 
-    plan_fn = {"gather": plans.gather_plan, "gather_elements": plans.gather_elements_plan,
-               "gather_nd": plans.gather_nd_plan}[case.op]
+    plan_fn = {
+        "gather": plans.gather_plan,
+        "gather_elements": plans.gather_elements_plan,
+        "gather_nd": plans.gather_nd_plan,
+    }[case.op]
     return plan_fn(data_shape, indices_shape, case.attribute)
 
 
@@ -246,6 +270,7 @@ def _backward_contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> d
 
 
 # ---- timing -----------------------------------------------------------------------------------------
+
 
 def _time(call: Callable[[], Any], reps: int) -> float:
     times = []
@@ -382,12 +407,16 @@ def run_case(
     row["ratio"], row["ratio_interval"] = _paired(times["jax_gather"], best)
     row["verdict"] = _verdict(row["ratio_interval"])
     if SAME_PROGRAM in times:
-        row["same_program_ratio"], row["same_program_interval"] = _paired(times["jax_gather"], times[SAME_PROGRAM])
+        row["same_program_ratio"], row["same_program_interval"] = _paired(
+            times["jax_gather"], times[SAME_PROGRAM]
+        )
     if backward:
         grads = _backward_contenders(case, data, indices)
         if grads:
             gtimes = _paired_rounds(grads, rounds, reps, settle)
-            row["backward_ratio_vs_jnp"], row["backward_interval"] = _paired(gtimes["jax_gather"], gtimes["jnp"])
+            row["backward_ratio_vs_jnp"], row["backward_interval"] = _paired(
+                gtimes["jax_gather"], gtimes["jnp"]
+            )
             row["backward_median_s"] = {k: float(np.median(v)) for k, v in gtimes.items()}
     return row
 
@@ -398,6 +427,7 @@ def _output_shape(case: Case, data: np.ndarray, indices: np.ndarray) -> tuple[in
 
 
 # ---- reporting --------------------------------------------------------------------------------------
+
 
 def _faults(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
@@ -423,16 +453,20 @@ def _format_row(r: dict[str, Any], untuned: bool) -> str:
     )
     if untuned and "glibc_default" in r:
         g = r["glibc_default"]
-        line += (f" | {g['median_s']['jax_gather'] * 1e3:8.2f} {g['ratio']:6.2f} "
-                 f"{_faults(g.get('page_faults_per_call')):>6s}")
+        line += (
+            f" | {g['median_s']['jax_gather'] * 1e3:8.2f} {g['ratio']:6.2f} "
+            f"{_faults(g.get('page_faults_per_call')):>6s}"
+        )
     return line
 
 
 def _format_table(rows: list[dict[str, Any]]) -> str:
     untuned = any("glibc_default" in r for r in rows)
-    head = (f"{'case':40s} {'ours ms':>8s} {'best peer':>17s} {'ratio':>6s} {'interval':>11s} "
-            f"{'promise':>7s} {'chk/fill':>8s} {'A/A':>5s} {'GB/s':>6s} {'memcpy':>6s} {'bwd/jnp':>7s} "
-            f"{'faults':>6s}")
+    head = (
+        f"{'case':40s} {'ours ms':>8s} {'best peer':>17s} {'ratio':>6s} {'interval':>11s} "
+        f"{'promise':>7s} {'chk/fill':>8s} {'A/A':>5s} {'GB/s':>6s} {'memcpy':>6s} {'bwd/jnp':>7s} "
+        f"{'faults':>6s}"
+    )
     if untuned:
         head += f" | {'glibc ms':>8s} {'ratio':>6s} {'faults':>6s}"
     gathers = [r for r in rows if not r.get("short")]
@@ -444,16 +478,22 @@ def _format_table(rows: list[dict[str, Any]]) -> str:
     lines.append("-" * len(head))
     if gathers:
         ratios = [r["ratio"] for r in gathers]
-        lines.append(f"geometric mean of ratios (jax_gather / best peer): {_geomean(ratios):.2f}; "
-                     f"worst {max(ratios):.2f}")
+        lines.append(
+            f"geometric mean of ratios (jax_gather / best peer): {_geomean(ratios):.2f}; "
+            f"worst {max(ratios):.2f}"
+        )
         lines += _verdict_lines(gathers)
         other = [r["glibc_default"]["ratio"] for r in gathers if "glibc_default" in r]
         if other:
-            lines.append(f"the same in a fresh process with glibc's default allocator: "
-                         f"{_geomean(other):.2f}; worst {max(other):.2f}")
+            lines.append(
+                f"the same in a fresh process with glibc's default allocator: "
+                f"{_geomean(other):.2f}; worst {max(other):.2f}"
+            )
     lines += [f"{r['case']}: jax_gather / jnp {r['ratio_vs_jnp']:.2f}" for r in short]
-    lines.append("interval: where the median ratio lies, with the confidence printed above (order "
-                 "statistics of the per-round ratios); A/A: jax_gather / the same program compiled again")
+    lines.append(
+        "interval: where the median ratio lies, with the confidence printed above (order "
+        "statistics of the per-round ratios); A/A: jax_gather / the same program compiled again"
+    )
     lines.append("faults: minor page faults per call of jax_gather (fresh pages zeroed by the kernel)")
     return "\n".join(lines)
 
@@ -474,16 +514,19 @@ def _verdict_lines(rows: list[dict[str, Any]]) -> list[str]:
     if same:
         ratios = [r["same_program_ratio"] for r in same]
         apart = [r["case"] for r in same if _verdict(r["same_program_interval"]) != "level"]
-        lines.append(f"A/A, one program against its second compile: {min(ratios):.2f}-{max(ratios):.2f}; "
-                     f"told apart on {len(apart)} of {len(same)} shapes" + _names(apart))
+        lines.append(
+            f"A/A, one program against its second compile: {min(ratios):.2f}-{max(ratios):.2f}; "
+            f"told apart on {len(apart)} of {len(same)} shapes" + _names(apart)
+        )
     return lines
 
 
 def _count_verdicts(rows: list[dict[str, Any]], key: str, of: str = "") -> str:
     by = {v: [r["case"] for r in rows if _verdict(r[key]) == v] for v in ("ahead", "level", "behind")}
     ahead = f"ahead {of} on" if of else "ahead on"
-    return (f"{ahead} {len(by['ahead'])}, level on {len(by['level'])}, "
-            f"behind on {len(by['behind'])}" + _names(by["behind"]))
+    return f"{ahead} {len(by['ahead'])}, level on {len(by['level'])}, behind on {len(by['behind'])}" + _names(
+        by["behind"]
+    )
 
 
 def _names(cases: list[str]) -> str:
@@ -544,8 +587,10 @@ def main(args: Any) -> int:
     if args.tune_allocator:
         tuning = tune_cpu_allocator()
         said = ", ".join(f"{k}={v}" for k, v in tuning.settings) if tuning.applied else tuning.reason
-        print(f"allocator: tuned ({said}); --no-tune-allocator measures glibc's defaults, "
-              "--compare-allocator both")
+        print(
+            f"allocator: tuned ({said}); --no-tune-allocator measures glibc's defaults, "
+            "--compare-allocator both"
+        )
     else:
         print("allocator: glibc defaults (tune_cpu_allocator not applied)")
         if getattr(args, "compare_allocator", False):
@@ -556,21 +601,28 @@ def main(args: Any) -> int:
 
         # Before the first computation: the CPU client reads it when it is created.
         jax.config.update("jax_cpu_enable_async_dispatch", False)
-    print("dispatch: " + ("synchronous (--sync-dispatch: CPU programs run on the calling thread)"
-                          if sync else
-                          "JAX's default (asynchronous: CPU programs of 1000 flops or more run on a "
-                          "worker thread); --sync-dispatch runs them on the calling thread"))
+    print(
+        "dispatch: "
+        + (
+            "synchronous (--sync-dispatch: CPU programs run on the calling thread)"
+            if sync
+            else "JAX's default (asynchronous: CPU programs of 1000 flops or more run on a "
+            "worker thread); --sync-dispatch runs them on the calling thread"
+        )
+    )
     machine = describe_machine()
-    print(f"machine: {machine['processor']}, {machine['cpu_count']} cores; JAX {machine['jax']} "
-          f"on {machine['backend']}")
+    print(
+        f"machine: {machine['processor']}, {machine['cpu_count']} cores; JAX {machine['jax']} "
+        f"on {machine['backend']}"
+    )
     settle = SETTLE_S if getattr(args, "settle_ms", None) is None else args.settle_ms / 1e3
-    rows = run(quick=args.quick, rounds=args.rounds, only=args.only, backward=not args.no_backward,
-               settle=settle)
+    rows = run(
+        quick=args.quick, rounds=args.rounds, only=args.only, backward=not args.no_backward, settle=settle
+    )
     if getattr(args, "compare_allocator", False) and args.tune_allocator:
         _add_glibc_default_rows(rows, args)
     print(_format_table(rows))
-    result = {"machine": machine, "allocator_tuned": args.tune_allocator,
-              "sync_dispatch": sync, "rows": rows}
+    result = {"machine": machine, "allocator_tuned": args.tune_allocator, "sync_dispatch": sync, "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
@@ -625,8 +677,15 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     ax.barh(y - 0.2, ratios, height=0.4, xerr=err, capsize=2, label="default mode (interval)")
     ax.barh(y + 0.2, [r["ratio_promise"] for r in rows], height=0.4, label="promise_in_bounds")
     if all("glibc_default" in r for r in rows):
-        ax.scatter([r["glibc_default"]["ratio"] for r in rows], y - 0.2, color="k", marker="|", s=120,
-                   zorder=3, label="default mode, glibc's default allocator")
+        ax.scatter(
+            [r["glibc_default"]["ratio"] for r in rows],
+            y - 0.2,
+            color="k",
+            marker="|",
+            s=120,
+            zorder=3,
+            label="default mode, glibc's default allocator",
+        )
     ax.axvline(1.0, color="k", lw=1)
     ax.set_yticks(y, names)
     ax.invert_yaxis()

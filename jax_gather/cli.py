@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -26,8 +26,11 @@ def _inline(x: object) -> str:
 def tour(out=sys.stdout) -> int:
     """Runs every spec example through its op, jitted, and prints the plan it used."""
     devices = ", ".join(str(d) for d in jax.devices())
-    print(f"jax_gather {jax_gather.__version__} on JAX {jax.__version__}, "
-          f"backend {jax.default_backend()} ({devices})\n", file=out)
+    print(
+        f"jax_gather {jax_gather.__version__} on JAX {jax.__version__}, "
+        f"backend {jax.default_backend()} ({devices})\n",
+        file=out,
+    )
     failures = 0
     for ex in SPEC_EXAMPLES:
         op, plan_fn = _OPS[ex.op]
@@ -41,11 +44,16 @@ def tour(out=sys.stdout) -> int:
         print(f"  jax_gather.{ex.op}(data, indices, {ex.attribute}={ex.value})", file=out)
         print(f"  data    {_inline(data)}", file=out)
         print(f"  indices {_inline(indices)}", file=out)
-        print(f"  output  {_inline(result)}  {'matches the spec' if ok else 'DIFFERS from the spec'}", file=out)
-        print(f"  lax.gather: offset_dims={dn.offset_dims} collapsed_slice_dims="
-              f"{dn.collapsed_slice_dims} start_index_map={dn.start_index_map} "
-              f"operand_batching_dims={dn.operand_batching_dims} start_indices_batching_dims="
-              f"{dn.start_indices_batching_dims} slice_sizes={plan.slice_sizes}\n", file=out)
+        print(
+            f"  output  {_inline(result)}  {'matches the spec' if ok else 'DIFFERS from the spec'}", file=out
+        )
+        print(
+            f"  lax.gather: offset_dims={dn.offset_dims} collapsed_slice_dims="
+            f"{dn.collapsed_slice_dims} start_index_map={dn.start_index_map} "
+            f"operand_batching_dims={dn.operand_batching_dims} start_indices_batching_dims="
+            f"{dn.start_indices_batching_dims} slice_sizes={plan.slice_sizes}\n",
+            file=out,
+        )
     print(f"{len(SPEC_EXAMPLES) - failures} of {len(SPEC_EXAMPLES)} spec examples match.", file=out)
     return 1 if failures else 0
 
@@ -69,20 +77,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the ratios (matplotlib)")
     bench.add_argument("--no-backward", action="store_true", help="skip the gradient timings")
     bench.add_argument(
-        "--settle-ms", type=float, metavar="MS",
+        "--settle-ms",
+        type=float,
+        metavar="MS",
         help="untimed calls before each timed block, so no contender is timed while the previous "
         "one's threads still spin (default 60; 0 times right after the previous contender)",
     )
     bench.add_argument(
-        "--no-tune-allocator", dest="tune_allocator", action="store_false",
+        "--no-tune-allocator",
+        dest="tune_allocator",
+        action="store_false",
         help="measure with glibc's default allocator settings (see tune_cpu_allocator)",
     )
     bench.add_argument(
-        "--compare-allocator", action="store_true",
+        "--compare-allocator",
+        action="store_true",
         help="also measure every case in a fresh process with glibc's default allocator",
     )
     bench.add_argument(
-        "--sync-dispatch", action="store_true",
+        "--sync-dispatch",
+        action="store_true",
         help="run CPU programs on the calling thread (jax_cpu_enable_async_dispatch=False): "
         "short calls skip the hand-over to JAX's worker thread",
     )

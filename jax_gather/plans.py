@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 from jax import export, lax
 
@@ -103,8 +103,10 @@ def _gather_elements_plan(data_shape: Shape, indices_shape: Shape, axis: int) ->
             continue
         larger = dim_greater(indices_shape[d], data_shape[d])
         if larger is not False:  # larger, or not provably not larger
-            undecided = "" if larger else (
-                " (undecidable for these symbolic dims: use the same symbol, or a constraint)"
+            undecided = (
+                ""
+                if larger
+                else (" (undecidable for these symbolic dims: use the same symbol, or a constraint)")
             )
             raise fail(
                 ValueError,
@@ -116,9 +118,7 @@ def _gather_elements_plan(data_shape: Shape, indices_shape: Shape, axis: int) ->
     # Every non-axis dim is a batch dim shared by data and indices: out[i] = data[i with
     # i[axis] replaced by indices[i]]. Batching dims must match in size, so data is first cut
     # to its leading block where indices are smaller (ONNX / torch.gather semantics).
-    block = tuple(
-        data_shape[d] if d == axis else indices_shape[d] for d in range(r)
-    )
+    block = tuple(data_shape[d] if d == axis else indices_shape[d] for d in range(r))
     batch = tuple(d for d in range(r) if d != axis)
     return GatherPlan(
         op_name=op,
@@ -205,7 +205,8 @@ def gather_plan(data_shape: Sequence[int], indices_shape: Sequence[int], axis: i
       >>> from jax_gather import gather_plan
       >>> plan = gather_plan((5, 4, 3), (2, 6), axis=1)
       >>> plan.dimension_numbers
-      GatherDimensionNumbers(offset_dims=(0, 3), collapsed_slice_dims=(1,), start_index_map=(1,), operand_batching_dims=(), start_indices_batching_dims=())
+      GatherDimensionNumbers(offset_dims=(0, 3), collapsed_slice_dims=(1,), start_index_map=(1,),
+                             operand_batching_dims=(), start_indices_batching_dims=())
       >>> plan.slice_sizes, plan.output_shape
       ((5, 1, 3), (5, 2, 6, 3))
     """
@@ -225,7 +226,8 @@ def gather_elements_plan(
       >>> from jax_gather import gather_elements_plan
       >>> plan = gather_elements_plan((3, 4), (2, 7), axis=1)
       >>> plan.dimension_numbers
-      GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(1,), start_index_map=(1,), operand_batching_dims=(0,), start_indices_batching_dims=(0,))
+      GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(1,), start_index_map=(1,),
+                             operand_batching_dims=(0,), start_indices_batching_dims=(0,))
       >>> plan.data_block, plan.output_shape
       ((2, 4), (2, 7))
     """
@@ -247,7 +249,8 @@ def gather_nd_plan(
       >>> from jax_gather import gather_nd_plan
       >>> plan = gather_nd_plan((2, 5, 6, 7), (2, 3, 2), batch_dims=1)
       >>> plan.dimension_numbers
-      GatherDimensionNumbers(offset_dims=(2,), collapsed_slice_dims=(1, 2), start_index_map=(1, 2), operand_batching_dims=(0,), start_indices_batching_dims=(0,))
+      GatherDimensionNumbers(offset_dims=(2,), collapsed_slice_dims=(1, 2), start_index_map=(1, 2),
+                             operand_batching_dims=(0,), start_indices_batching_dims=(0,))
       >>> plan.slice_sizes, plan.index_sizes, plan.output_shape
       ((1, 1, 1, 7), (5, 6), (2, 3, 7))
     """

@@ -27,6 +27,7 @@ _ONNX_GE = "ONNX GatherElements-13/11"
 _OPENVINO = "OpenVINO GatherElements-6"
 _ONNX_ND = "ONNX GatherND-13/12/11"
 
+# fmt: off
 SPEC_EXAMPLES: tuple[SpecExample, ...] = (
     SpecExample("gather_axis0", "ONNX Gather-13/11/1", "gather", _GATHER_DATA,
                 [[0, 1], [1, 2]], "axis", 0,
@@ -56,3 +57,4 @@ SPEC_EXAMPLES: tuple[SpecExample, ...] = (
     SpecExample("gather_nd_example5_batch_dims", "ONNX GatherND-13/12", "gather_nd", _ND_DATA_3,
                 [[1], [0]], "batch_dims", 1, [[2, 3], [4, 5]]),
 )
+# fmt: on

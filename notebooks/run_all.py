@@ -96,8 +96,12 @@ def merge_streams(nb: nbformat.NotebookNode) -> None:
         merged = []
         for output in cell.get("outputs", []):
             previous = merged[-1] if merged else None
-            if (output.output_type == "stream" and previous is not None
-                    and previous.output_type == "stream" and previous.name == output.name):
+            if (
+                output.output_type == "stream"
+                and previous is not None
+                and previous.output_type == "stream"
+                and previous.name == output.name
+            ):
                 previous.text += output.text
             else:
                 merged.append(output)

@@ -5,4 +5,4 @@ import jax
 if hasattr(jax, "enable_x64"):
     enable_x64 = jax.enable_x64
 else:  # before jax 0.7
-    from jax.experimental import enable_x64
+    pass

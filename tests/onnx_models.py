@@ -37,9 +37,7 @@ def one_node_model(op_type: str, data: np.ndarray, indices: np.ndarray, **attrs)
 def run_onnxruntime(model: onnx.ModelProto, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, {"data": data, "indices": indices})[0]
 
 
@@ -49,7 +47,7 @@ def run_reference(model: onnx.ModelProto, data: np.ndarray, indices: np.ndarray)
     return ReferenceEvaluator(model).run(None, {"data": data, "indices": indices})[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def onnx_node_cases() -> tuple:
     """The ONNX node test cases (with inputs and outputs) of one Gather* node."""
     from onnx.backend.test.case.node import collect_testcases

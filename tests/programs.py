@@ -6,7 +6,8 @@ import os
 import pathlib
 import subprocess
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -36,5 +37,11 @@ def random_bits(rng: np.random.Generator, dtype: Any, shape: tuple) -> np.ndarra
 def run_with_cpu_devices(code: str, devices: int = 8) -> str:
     """The stdout of ``code`` run by a fresh Python whose JAX has ``devices`` CPU devices."""
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                          cwd=pathlib.Path(__file__).resolve().parents[1]).stdout
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=pathlib.Path(__file__).resolve().parents[1],
+    ).stdout

@@ -61,6 +61,7 @@ class Placement:
 
 
 X, Y = "x", "y"
+# fmt: off
 PLACEMENTS = [
     # Gather: an embedding table (vocabulary x features) looked up by token ids, and axis 1.
     Placement("gather/table-by-columns", "gather", (64, 16), (12,), 0, (8,), (None, X), (), True, True),
@@ -69,32 +70,33 @@ PLACEMENTS = [
               "grad: each device holds partial sums for the whole replicated table"),
     Placement("gather/2d-ids-x-table-columns-y", "gather", (64, 16), (16, 3), 0, (4, 2), (None, Y), (X, None),
               True, False, "grad: partial sums over the ids sharded on x"),
-    Placement("gather/2d-data-on-other-dims", "gather", (8, 24, 6), (5,), 1, (4, 2), (X, None, Y), (), True, True),
+    Placement("gather/2d-data-on-other-dims", "gather", (8, 24, 6), (5,), 1, (4, 2), (X, None, Y), (),
+              True, True),
     Placement("gather/table-by-rows", "gather", (64, 16), (12,), 0, (8,), (X, None), (), False, True,
               "forward: a looked-up row lives on one device; the others add zeros"),
     # GatherElements: every dim but the axis is a batching dim of data and indices alike.
-    Placement("gather_elements/rows-axis-1", "gather_elements", (16, 12), (16, 20), 1, (8,), (X, None), (X, None),
-              True, True),
+    Placement("gather_elements/rows-axis-1", "gather_elements", (16, 12), (16, 20), 1, (8,), (X, None),
+              (X, None), True, True),
     Placement("gather_elements/columns-axis-0", "gather_elements", (12, 16), (20, 16), 0, (8,), (None, X),
               (None, X), True, True),
     Placement("gather_elements/2d", "gather_elements", (8, 12, 6), (8, 10, 6), 1, (4, 2), (X, None, Y),
               (X, None, Y), True, True),
-    Placement("gather_elements/on-the-axis", "gather_elements", (16, 12), (16, 12), 0, (8,), (X, None), (X, None),
-              False, False, "any output element may read any row"),
+    Placement("gather_elements/on-the-axis", "gather_elements", (16, 12), (16, 12), 0, (8,), (X, None),
+              (X, None), False, False, "any output element may read any row"),
     Placement("gather_elements/smaller-indices", "gather_elements", (16, 12), (8, 10), 1, (8,), (X, None),
               (X, None), None, None, "the leading block of data is not laid out as the indices are"),
     # GatherND: batch dims of data and indices alike, then index tuples into the next dims.
     Placement("gather_nd/batch", "gather_nd", (8, 10, 12), (8, 5, 1), 1, (8,), (X,), (X,), True, True),
     Placement("gather_nd/2d-batch-x-trailing-y", "gather_nd", (8, 10, 6, 4), (8, 5, 1), 1, (4, 2),
               (X, None, None, Y), (X,), True, True),
-    Placement("gather_nd/2d-two-batch-dims", "gather_nd", (4, 2, 10, 6), (4, 2, 3, 1), 2, (4, 2), (X, Y), (X, Y),
-              True, True),
-    Placement("gather_nd/rows-trailing-sharded", "gather_nd", (10, 12, 16), (6, 2), 0, (8,), (None, None, X), (),
-              True, True),
+    Placement("gather_nd/2d-two-batch-dims", "gather_nd", (4, 2, 10, 6), (4, 2, 3, 1), 2, (4, 2), (X, Y),
+              (X, Y), True, True),
+    Placement("gather_nd/rows-trailing-sharded", "gather_nd", (10, 12, 16), (6, 2), 0, (8,), (None, None, X),
+              (), True, True),
     Placement("gather_nd/tuples-sharded", "gather_nd", (10, 12), (16, 2), 0, (8,), (), (X,), True, False,
               "grad: partial sums for the whole replicated data"),
-    Placement("gather_nd/indexed-dim-sharded", "gather_nd", (16, 12, 4), (6, 2), 0, (8,), (X,), (), False, None,
-              "forward: a looked-up slice lives on one device"),
+    Placement("gather_nd/indexed-dim-sharded", "gather_nd", (16, 12, 4), (6, 2), 0, (8,), (X,), (),
+              False, None, "forward: a looked-up slice lives on one device"),
 ]
 BY_NAME = {p.name: p for p in PLACEMENTS}
 
@@ -111,8 +113,10 @@ EXPLICIT_CASES = [
     Placement("gather", "gather", (8, 24, 6), (5,), 1, (4, 2), (X, None, Y), (), None, None),
     Placement("gather_elements", "gather_elements", (8, 12, 6), (8, 10, 6), 1, (4, 2), (X, None, Y),
               (X, None, Y), None, None),
-    Placement("gather_nd", "gather_nd", (8, 10, 6, 4), (8, 5, 1), 1, (4, 2), (X, None, None, Y), (X,), None, None),
+    Placement("gather_nd", "gather_nd", (8, 10, 6, 4), (8, 5, 1), 1, (4, 2), (X, None, None, Y), (X,),
+              None, None),
 ]
+# fmt: on
 
 
 def case_ids() -> dict[str, list[str]]:
@@ -121,8 +125,13 @@ def case_ids() -> dict[str, list[str]]:
         "placement": [f"{p.name}:{m}" for p in PLACEMENTS for m in MODES],
         "shard_map": [f"shard_map/{c.name}:{m}" for c in SHARD_MAP_CASES for m in MODES],
         "explicit": [f"explicit/{c.name}:{m}" for c in EXPLICIT_CASES for m in MODES],
-        "other": ["sharded:checked()", "shard_map:checked()", "explicit:checked()", "explicit:vmap",
-                  "explicit:auto_axes"],
+        "other": [
+            "sharded:checked()",
+            "shard_map:checked()",
+            "explicit:checked()",
+            "explicit:vmap",
+            "explicit:auto_axes",
+        ],
     }
 
 
@@ -219,7 +228,9 @@ def run_shard_map(c: Placement, mode: str) -> dict:
     forward = f.lower(data, idx).compile()
     out = forward(data, idx)
     ct = np.random.default_rng(2).integers(-9, 9, out.shape).astype(np.float32)
-    backward = jax.jit(lambda d, i, ct: jax.vjp(lambda d: f(d, i), d)[1](ct)[0]).lower(data, idx, ct).compile()
+    backward = (
+        jax.jit(lambda d, i, ct: jax.vjp(lambda d: f(d, i), d)[1](ct)[0]).lower(data, idx, ct).compile()
+    )
     grad = backward(data, idx, ct)
     want_out, want_grad = _expected(c, mode, data, idx, ct)
     return {
@@ -402,42 +413,67 @@ def table() -> str:
     embedding lookup and a batched GatherND, sharded against unsharded."""
     spec = lambda entries: "P(" + ", ".join(map(repr, entries)) + ")"
     show = lambda found: ", ".join(found) or "none"
-    lines = ["| placement | mesh | data | indices | forward | backward (grad w.r.t. data) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| placement | mesh | data | indices | forward | backward (grad w.r.t. data) |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in PLACEMENTS:
         r = run_placement(p, "checked")
         mesh = ", ".join(f"{a}={n}" for n, a in zip(p.mesh, (X, Y)))
         attr = f"batch_dims={p.attr}" if p.op == "gather_nd" else f"axis {p.attr}"
-        lines.append(f"| `{p.name}` ({attr}) | {mesh} | `{spec(p.data_spec)}` | `{spec(p.indices_spec)}` | "
-                     f"{show(r['forward'])} | {show(r['backward'])} |")
+        lines.append(
+            f"| `{p.name}` ({attr}) | {mesh} | `{spec(p.data_spec)}` | `{spec(p.indices_spec)}` | "
+            f"{show(r['forward'])} | {show(r['backward'])} |"
+        )
     lines += ["", "| workload | placement | ms (median of 7) |", "|---|---|---|"]
     rng = np.random.default_rng(0)
     mesh = _mesh((8,))
     table_, ids = rng.standard_normal((32768, 256), np.float32), rng.integers(0, 32768, 8192)
     data, tuples = rng.standard_normal((64, 512, 128), np.float32), rng.integers(0, 512, (64, 256, 1))
     workloads = [
-        ("embedding 32768x256, 8192 ids", lambda t, i: jax_gather.gather(t, i), table_, ids,
-         [("unsharded", None, None), ("table by columns", (None, X), ()), ("table by rows", (X, None), ()),
-          ("ids sharded", (), (X,))]),
-        ("GatherND batch_dims=1, 64x512x128, 64x256 tuples",
-         lambda d, i: jax_gather.gather_nd(d, i, 1), data, tuples,
-         [("unsharded", None, None), ("batch dim sharded", (X,), (X,))]),
+        (
+            "embedding 32768x256, 8192 ids",
+            lambda t, i: jax_gather.gather(t, i),
+            table_,
+            ids,
+            [
+                ("unsharded", None, None),
+                ("table by columns", (None, X), ()),
+                ("table by rows", (X, None), ()),
+                ("ids sharded", (), (X,)),
+            ],
+        ),
+        (
+            "GatherND batch_dims=1, 64x512x128, 64x256 tuples",
+            lambda d, i: jax_gather.gather_nd(d, i, 1),
+            data,
+            tuples,
+            [("unsharded", None, None), ("batch dim sharded", (X,), (X,))],
+        ),
     ]
     for name, f, a, b, placements in workloads:
         for label, a_spec, b_spec in placements:
             if a_spec is None:
                 args = (jax.device_put(a, jax.devices()[0]), jax.device_put(b, jax.devices()[0]))
             else:
-                args = (jax.device_put(a, NamedSharding(mesh, P(*a_spec))),
-                        jax.device_put(b, NamedSharding(mesh, P(*b_spec))))
+                args = (
+                    jax.device_put(a, NamedSharding(mesh, P(*a_spec))),
+                    jax.device_put(b, NamedSharding(mesh, P(*b_spec))),
+                )
             lines.append(f"| {name} | {label} | {_median_ms(jax.jit(f), *args):.2f} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
     if jax.device_count() < DEVICES:
-        print(json.dumps({"error": f"need {DEVICES} devices, got {jax.device_count()}: set "
-                                   f"XLA_FLAGS=--xla_force_host_platform_device_count={DEVICES}"}))
+        print(
+            json.dumps(
+                {
+                    "error": f"need {DEVICES} devices, got {jax.device_count()}: set "
+                    f"XLA_FLAGS=--xla_force_host_platform_device_count={DEVICES}"
+                }
+            )
+        )
         return 2
     print(table() if "--table" in argv else json.dumps(report()))
     return 0

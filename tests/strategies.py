@@ -7,8 +7,21 @@ import numpy as np
 from hypothesis import strategies as st
 
 DATA_DTYPES = [
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-    np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64, np.complex128,
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    ml_dtypes.bfloat16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
 ]
 INDEX_DTYPES = [np.int32, np.int64, np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64]
 
@@ -71,9 +84,7 @@ def gather_elements_cases(draw, index_dtypes=(np.int32, np.int64)):
     data_shape = tuple(draw(nonzero_dims) for _ in range(r))
     axis = draw(st.integers(-r, r - 1))
     a = axis % r
-    indices_shape = tuple(
-        draw(dims) if d == a else draw(st.integers(0, data_shape[d])) for d in range(r)
-    )
+    indices_shape = tuple(draw(dims) if d == a else draw(st.integers(0, data_shape[d])) for d in range(r))
     seed = draw(st.integers(0, 2**16))
     dtype = draw(st.sampled_from(index_dtypes))
     return data_shape, indices_shape, axis, seed, dtype
@@ -86,8 +97,8 @@ def gather_nd_cases(draw, index_dtypes=(np.int32, np.int64)):
     b = draw(st.integers(0, min(q, r) - 1))
     k = draw(st.integers(1, r - b))
     batch = tuple(draw(dims) for _ in range(b))
-    data_shape = batch + tuple(draw(nonzero_dims) for _ in range(k)) + tuple(
-        draw(dims) for _ in range(r - b - k)
+    data_shape = (
+        batch + tuple(draw(nonzero_dims) for _ in range(k)) + tuple(draw(dims) for _ in range(r - b - k))
     )
     indices_shape = batch + tuple(draw(dims) for _ in range(q - b - 1)) + (k,)
     seed = draw(st.integers(0, 2**16))

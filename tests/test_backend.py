@@ -65,8 +65,12 @@ def _onnx_runner_tests():
     runner = onnx.backend.test.BackendTest(backend, __name__)
     wanted = re.compile(r"^test_gather(_elements|nd)?_.*_cpu$")
     loader = unittest.defaultTestLoader
-    return [(cls, name) for cls in runner.test_cases.values()
-            for name in loader.getTestCaseNames(cls) if wanted.match(name)]
+    return [
+        (cls, name)
+        for cls in runner.test_cases.values()
+        for name in loader.getTestCaseNames(cls)
+        if wanted.match(name)
+    ]
 
 
 RUNNER_TESTS = _onnx_runner_tests()
@@ -85,14 +89,17 @@ def test_onnx_backend_test_runner(cls, name):
     assert result.wasSuccessful(), result.errors + result.failures
 
 
-def _gather_model(op_type="Gather", data_type=TensorProto.FLOAT, index_type=TensorProto.INT64,
-                  opset=13, name="g", **attrs):
+def _gather_model(
+    op_type="Gather", data_type=TensorProto.FLOAT, index_type=TensorProto.INT64, opset=13, name="g", **attrs
+):
     node = helper.make_node(op_type, ["data", "indices"], ["out"], name=name, **attrs)
     graph = helper.make_graph(
         [node],
         "one",
-        [helper.make_tensor_value_info("data", data_type, None),
-         helper.make_tensor_value_info("indices", index_type, None)],
+        [
+            helper.make_tensor_value_info("data", data_type, None),
+            helper.make_tensor_value_info("indices", index_type, None),
+        ],
         [helper.make_tensor_value_info("out", data_type, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -112,38 +119,109 @@ def _add_node(model, node):
 
 # (case, model, exception, message); onnxruntime refuses each of these models as well
 INVALID = [
-    ("GatherND-11 with batch_dims", _gather_model("GatherND", opset=11, batch_dims=1), ValueError,
-     "GatherND node 'g': attributes must be those of GatherND-11 (none), got batch_dims=1"),
-    ("GatherND-13 int32 indices", _gather_model("GatherND", index_type=TensorProto.INT32), TypeError,
-     "GatherND node 'g': indices must be tensor(int64) (GatherND-13), got tensor(int32) ('indices')"),
-    ("GatherND-11 int32 indices", _gather_model("GatherND", index_type=TensorProto.INT32, opset=11), TypeError,
-     "GatherND node 'g': indices must be tensor(int64) (GatherND-11), got tensor(int32)"),
-    ("GatherND-12 int32 indices", _gather_model("GatherND", index_type=TensorProto.INT32, opset=12), TypeError,
-     "GatherND node 'g': indices must be tensor(int64) (GatherND-12), got tensor(int32)"),
-    ("Gather float indices", _gather_model(index_type=TensorProto.FLOAT), TypeError,
-     "Gather node 'g': indices must be one of tensor(int32), tensor(int64) (Gather-13), got tensor(float)"),
-    ("Gather-1 int16 indices", _gather_model(index_type=TensorProto.INT16, opset=1), TypeError,
-     "Gather node 'g': indices must be one of tensor(int32), tensor(int64) (Gather-1), got tensor(int16)"),
-    ("GatherElements uint8 indices", _gather_model("GatherElements", index_type=TensorProto.UINT8), TypeError,
-     "GatherElements node 'g': indices must be one of tensor(int32), tensor(int64) (GatherElements-13), got tensor(uint8)"),
-    ("bfloat16 data before opset 13", _gather_model(data_type=TensorProto.BFLOAT16, opset=12), TypeError,
-     "Gather node 'g': data must be one of tensor(uint8), "),
-    ("unknown attribute", _gather_model(foo=1), ValueError,
-     "Gather node 'g': attributes must be those of Gather-13 (axis), got foo=1"),
-    ("float axis", _gather_model(axis=1.0), TypeError,
-     "Gather node 'g': attribute axis must be of type INT, got FLOAT"),
-    ("GatherElements before opset 11", _gather_model("GatherElements", opset=10), ValueError,
-     "GatherElements node 'g': the op must be defined at the model's opset, got opset 10, which has no GatherElements"),
-    ("three inputs", _with(_gather_model(), lambda m: m.graph.node[0].input.append("data")), ValueError,
-     "Gather node 'g': inputs must be ['data', 'indices'], got ['data', 'indices', 'data']"),
-    ("undefined input", _with(_gather_model(), lambda m: m.graph.node[0].input.__setitem__(1, "nowhere")), ValueError,
-     "Gather node 'g': input indices must be a graph input, an initializer or an earlier node's output, got 'nowhere'"),
-    ("no default-domain opset", _with(_gather_model(), lambda m: setattr(m.opset_import[0], "domain", "ai.onnx.ml")),
-     ValueError, "ONNX model: opset_import must include the default ONNX domain ('' or 'ai.onnx'), got [('ai.onnx.ml', 13)]"),
-    ("output declared with another type", _with(_gather_model(), lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", TensorProto.INT64)),
-     TypeError, "ONNX model: output 'out' is declared tensor(int64), got a value of type tensor(float)"),
-    ("undeclared input type", _with(_gather_model(), lambda m: m.graph.input[0].ClearField("type")), ValueError,
-     "ONNX model: input 'data' must declare its type, got none"),
+    (
+        "GatherND-11 with batch_dims",
+        _gather_model("GatherND", opset=11, batch_dims=1),
+        ValueError,
+        "GatherND node 'g': attributes must be those of GatherND-11 (none), got batch_dims=1",
+    ),
+    (
+        "GatherND-13 int32 indices",
+        _gather_model("GatherND", index_type=TensorProto.INT32),
+        TypeError,
+        "GatherND node 'g': indices must be tensor(int64) (GatherND-13), got tensor(int32) ('indices')",
+    ),
+    (
+        "GatherND-11 int32 indices",
+        _gather_model("GatherND", index_type=TensorProto.INT32, opset=11),
+        TypeError,
+        "GatherND node 'g': indices must be tensor(int64) (GatherND-11), got tensor(int32)",
+    ),
+    (
+        "GatherND-12 int32 indices",
+        _gather_model("GatherND", index_type=TensorProto.INT32, opset=12),
+        TypeError,
+        "GatherND node 'g': indices must be tensor(int64) (GatherND-12), got tensor(int32)",
+    ),
+    (
+        "Gather float indices",
+        _gather_model(index_type=TensorProto.FLOAT),
+        TypeError,
+        "Gather node 'g': indices must be one of tensor(int32), tensor(int64) (Gather-13), got tensor(float)",
+    ),
+    (
+        "Gather-1 int16 indices",
+        _gather_model(index_type=TensorProto.INT16, opset=1),
+        TypeError,
+        "Gather node 'g': indices must be one of tensor(int32), tensor(int64) (Gather-1), got tensor(int16)",
+    ),
+    (
+        "GatherElements uint8 indices",
+        _gather_model("GatherElements", index_type=TensorProto.UINT8),
+        TypeError,
+        "GatherElements node 'g': indices must be one of tensor(int32), tensor(int64) (GatherElements-13), "
+        "got tensor(uint8)",
+    ),
+    (
+        "bfloat16 data before opset 13",
+        _gather_model(data_type=TensorProto.BFLOAT16, opset=12),
+        TypeError,
+        "Gather node 'g': data must be one of tensor(uint8), ",
+    ),
+    (
+        "unknown attribute",
+        _gather_model(foo=1),
+        ValueError,
+        "Gather node 'g': attributes must be those of Gather-13 (axis), got foo=1",
+    ),
+    (
+        "float axis",
+        _gather_model(axis=1.0),
+        TypeError,
+        "Gather node 'g': attribute axis must be of type INT, got FLOAT",
+    ),
+    (
+        "GatherElements before opset 11",
+        _gather_model("GatherElements", opset=10),
+        ValueError,
+        "GatherElements node 'g': the op must be defined at the model's opset, got opset 10, which has no "
+        "GatherElements",
+    ),
+    (
+        "three inputs",
+        _with(_gather_model(), lambda m: m.graph.node[0].input.append("data")),
+        ValueError,
+        "Gather node 'g': inputs must be ['data', 'indices'], got ['data', 'indices', 'data']",
+    ),
+    (
+        "undefined input",
+        _with(_gather_model(), lambda m: m.graph.node[0].input.__setitem__(1, "nowhere")),
+        ValueError,
+        "Gather node 'g': input indices must be a graph input, an initializer or an earlier node's output, "
+        "got 'nowhere'",
+    ),
+    (
+        "no default-domain opset",
+        _with(_gather_model(), lambda m: setattr(m.opset_import[0], "domain", "ai.onnx.ml")),
+        ValueError,
+        "ONNX model: opset_import must include the default ONNX domain ('' or 'ai.onnx'), got "
+        "[('ai.onnx.ml', 13)]",
+    ),
+    (
+        "output declared with another type",
+        _with(
+            _gather_model(),
+            lambda m: m.graph.output[0].type.tensor_type.__setattr__("elem_type", TensorProto.INT64),
+        ),
+        TypeError,
+        "ONNX model: output 'out' is declared tensor(int64), got a value of type tensor(float)",
+    ),
+    (
+        "undeclared input type",
+        _with(_gather_model(), lambda m: m.graph.input[0].ClearField("type")),
+        ValueError,
+        "ONNX model: input 'data' must declare its type, got none",
+    ),
 ]
 
 
@@ -152,7 +230,7 @@ def test_invalid_models_are_refused_clearly(model, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         backend.prepare(model)
     assert not backend.is_compatible(model)
-    with pytest.raises(Exception):  # onnxruntime refuses each of these models too
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime refuses each of these models, each in its own words
         onnxruntime_session(model)
 
 
@@ -160,12 +238,16 @@ def test_constants_onnx_forbids_are_refused():
     """onnxruntime runs both of these: a Constant with two values (it takes one of them) and a
     Constant-1 (opsets 1-8) of int64 (Constant-1 holds float16, float and double only)."""
     node = helper.make_node("Constant", [], ["c"], value_int=1, value_float=1.0)
-    message = "Constant node #0: attributes must be exactly one value attribute, got ['value_float', 'value_int']"
+    message = (
+        "Constant node #0: attributes must be exactly one value attribute, got ['value_float', 'value_int']"
+    )
     with pytest.raises(ValueError, match=re.escape(message)):
         backend.run_node(node, [])
     node = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.INT64, [], [1]))
-    message = ("Constant node #0: output must be one of tensor(float16), tensor(float), tensor(double) "
-               "(Constant-1), got tensor(int64) ('c')")
+    message = (
+        "Constant node #0: output must be one of tensor(float16), tensor(float), tensor(double) "
+        "(Constant-1), got tensor(int64) ('c')"
+    )
     with pytest.raises(TypeError, match=re.escape(message)):
         backend.run_node(node, [], opset_version=8)
     _assert_outputs(backend.run_node(node, [], opset_version=9), [np.array(1)])
@@ -173,14 +255,18 @@ def test_constants_onnx_forbids_are_refused():
 
 def test_unsupported_ops_are_named_with_their_nodes():
     model = _gather_model()
-    model.graph.node.extend([
-        helper.make_node("Neg", ["out"], ["y"]),
-        helper.make_node("Add", ["y", "y"], ["z"], name="plus"),
-        helper.make_node("Gather", ["z", "indices"], ["w"], domain="com.microsoft"),
-    ])
-    message = ("ONNX model: nodes must be one of Constant, Gather, GatherElements, GatherND, Identity "
-               "(the ops jax_gather.backend runs), got Neg (node #1), Add (node 'plus'), "
-               "com.microsoft.Gather (node #3)")
+    model.graph.node.extend(
+        [
+            helper.make_node("Neg", ["out"], ["y"]),
+            helper.make_node("Add", ["y", "y"], ["z"], name="plus"),
+            helper.make_node("Gather", ["z", "indices"], ["w"], domain="com.microsoft"),
+        ]
+    )
+    message = (
+        "ONNX model: nodes must be one of Constant, Gather, GatherElements, GatherND, Identity "
+        "(the ops jax_gather.backend runs), got Neg (node #1), Add (node 'plus'), "
+        "com.microsoft.Gather (node #3)"
+    )
     assert not backend.is_compatible(model)
     with pytest.raises(NotImplementedError, match=re.escape(message)):
         backend.prepare(model)
@@ -205,28 +291,40 @@ def test_non_tensor_inputs_and_sparse_constants_are_not_implemented():
     model = _gather_model()
     seq = helper.make_tensor_sequence_value_info("data", TensorProto.FLOAT, None)
     model.graph.input[0].CopyFrom(seq)
-    with pytest.raises(NotImplementedError, match=re.escape("ONNX model: input 'data' must be a tensor, got a sequence_type")):
+    with pytest.raises(
+        NotImplementedError, match=re.escape("ONNX model: input 'data' must be a tensor, got a sequence_type")
+    ):
         backend.prepare(model)
     sparse = helper.make_sparse_tensor(
-        helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]), helper.make_tensor("i", TensorProto.INT64, [1], [0]), [3]
+        helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]),
+        helper.make_tensor("i", TensorProto.INT64, [1], [0]),
+        [3],
     )
     node = helper.make_node("Constant", [], ["c"], name="k", sparse_value=sparse)
-    with pytest.raises(NotImplementedError, match=re.escape("Constant node 'k': the value must be dense, got sparse_value")):
+    with pytest.raises(
+        NotImplementedError, match=re.escape("Constant node 'k': the value must be dense, got sparse_value")
+    ):
         backend.run_node(node, [])
 
 
 def test_out_of_bounds_raises_index_error_naming_the_node():
     rep = backend.prepare(_gather_model(name="lookup"))
     data = np.arange(6, dtype=np.float32).reshape(3, 2)
-    message = "Gather node 'lookup': indices[1] = 3 is out of bounds for axis 0 of size 3 (valid range [-3, 2])"
+    message = (
+        "Gather node 'lookup': indices[1] = 3 is out of bounds for axis 0 of size 3 (valid range [-3, 2])"
+    )
     with pytest.raises(IndexError, match=re.escape(message)):
         rep.run([data, np.array([0, 3])])
     # An unnamed node is named by its position in the graph.
     node = helper.make_node("GatherElements", ["d", "i"], ["o"], axis=1)
-    with pytest.raises(IndexError, match=re.escape("GatherElements node #0: indices[0, 1] = -3 is out of bounds")):
+    with pytest.raises(
+        IndexError, match=re.escape("GatherElements node #0: indices[0, 1] = -3 is out of bounds")
+    ):
         backend.run_node(node, [data, np.array([[0, -3]])])
     # A bad shape at run time is the op's ValueError, also naming the node.
-    with pytest.raises(ValueError, match=re.escape("Gather node 'lookup': axis must be in [-1, 0] for data of rank 1")):
+    with pytest.raises(
+        ValueError, match=re.escape("Gather node 'lookup': axis must be in [-1, 0] for data of rank 1")
+    ):
         backend.prepare(_gather_model(name="lookup", axis=1)).run([np.ones(3, np.float32), np.array([0])])
 
 
@@ -238,7 +336,9 @@ def test_index_error_in_a_later_node_of_a_chain():
     out = b.node("GatherElements", [rows, ids], axis=1)
     rep = backend.prepare(b.model([out], 13))
     _assert_outputs(rep.run([np.array([[3, -4]], np.int64)]), [np.array([[7.0, 4.0]], np.float32)])
-    with pytest.raises(IndexError, match=re.escape(f"GatherElements node 'n_{out}': indices[0, 0] = 4 is out of bounds")):
+    with pytest.raises(
+        IndexError, match=re.escape(f"GatherElements node 'n_{out}': indices[0, 0] = 4 is out of bounds")
+    ):
         rep.run([np.array([[4, 0]], np.int64)])
 
 
@@ -260,19 +360,36 @@ def test_run_accepts_lists_tuples_dicts_and_one_array():
 def test_bad_feeds():
     rep = backend.prepare(_gather_model())
     data = np.ones((2, 2), np.float32)
-    with pytest.raises(ValueError, match=re.escape("ONNX model: inputs must be 2 arrays, for ['data', 'indices'], got 1")):
+    with pytest.raises(
+        ValueError, match=re.escape("ONNX model: inputs must be 2 arrays, for ['data', 'indices'], got 1")
+    ):
         rep.run([data])
-    with pytest.raises(ValueError, match=re.escape("ONNX model: inputs must be named ['data', 'indices'], got ['data', 'ids']")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("ONNX model: inputs must be named ['data', 'indices'], got ['data', 'ids']"),
+    ):
         rep.run({"data": data, "ids": np.array([0])})
-    with pytest.raises(TypeError, match=re.escape("ONNX model: input 'indices' must be tensor(int64) (NumPy int64), got int32")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape("ONNX model: input 'indices' must be tensor(int64) (NumPy int64), got int32"),
+    ):
         rep.run([data, np.array([0], np.int32)])
-    with pytest.raises(TypeError, match=re.escape("ONNX model: input 'data' must be tensor(float) (NumPy float32), got <U1")):
+    with pytest.raises(
+        TypeError, match=re.escape("ONNX model: input 'data' must be tensor(float) (NumPy float32), got <U1")
+    ):
         rep.run([np.array(["a"]), np.array([0])])
-    with pytest.raises(TypeError, match=re.escape("jax_gather.backend.run: takes no backend options, got ['logid']")):
+    with pytest.raises(
+        TypeError, match=re.escape("jax_gather.backend.run: takes no backend options, got ['logid']")
+    ):
         rep.run([data, np.array([0])], logid="x")
     with pytest.raises(TypeError, match=re.escape("jax_gather.backend.prepare: takes no backend options")):
         backend.prepare(_gather_model(), providers=["CUDAExecutionProvider"])
-    with pytest.raises(TypeError, match=re.escape("ONNX model: model must be an onnx.ModelProto, its serialized bytes or a path, got dict")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "ONNX model: model must be an onnx.ModelProto, its serialized bytes or a path, got dict"
+        ),
+    ):
         backend.prepare({})
 
 
@@ -293,9 +410,14 @@ def test_devices():
     assert not backend.supports_device("TPU") and not backend.supports_device("CUDA:x")
     assert not backend.supports_device("CPU:99")
     assert not backend.is_compatible(_gather_model(), device="TPU")
-    with pytest.raises(ValueError, match=re.escape("jax_gather.backend: device must be 'CPU', 'CUDA' or 'CUDA:<n>', got 'TPU'")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("jax_gather.backend: device must be 'CPU', 'CUDA' or 'CUDA:<n>', got 'TPU'"),
+    ):
         backend.prepare(_gather_model(), "TPU")
-    with pytest.raises(RuntimeError, match=re.escape("jax_gather.backend: device 'CPU:99' is not one JAX has here")):
+    with pytest.raises(
+        RuntimeError, match=re.escape("jax_gather.backend: device 'CPU:99' is not one JAX has here")
+    ):
         backend.prepare(_gather_model(), "CPU:99")
 
 
@@ -304,7 +426,9 @@ def test_exact_dtypes_in_a_scoped_x64(x64):
     b = GraphBuilder()
     outs = []
     for dtype in (np.int64, np.uint64, np.float64, np.complex128):
-        data = b.tensor(np.arange(6).astype(dtype).reshape(3, 2) * (2**40 if dtype != np.complex128 else 1), "initializer")
+        data = b.tensor(
+            np.arange(6).astype(dtype).reshape(3, 2) * (2**40 if dtype != np.complex128 else 1), "initializer"
+        )
         outs.append(b.node("Gather", [data, b.tensor(np.array([2, -3]), "input")]))
     rep = backend.prepare(b.model(outs, 13))
     with enable_x64(x64):
@@ -349,15 +473,28 @@ def test_outputs_are_copies_and_inputs_are_not_mutated():
 def test_constants_of_every_attribute_kind():
     b = GraphBuilder()
     outs = []
-    for attrs in ({"value_int": 7}, {"value_ints": [1, -2]}, {"value_float": 1.5}, {"value_floats": [0.5]},
-                  {"value_string": "é"}, {"value_strings": ["a", "bc"]},
-                  {"value": helper.make_tensor("v", TensorProto.BFLOAT16, [2], [1.5, -2.0])}):
+    for attrs in (
+        {"value_int": 7},
+        {"value_ints": [1, -2]},
+        {"value_float": 1.5},
+        {"value_floats": [0.5]},
+        {"value_string": "é"},
+        {"value_strings": ["a", "bc"]},
+        {"value": helper.make_tensor("v", TensorProto.BFLOAT16, [2], [1.5, -2.0])},
+    ):
         name = f"c{len(outs)}"
         b.nodes.append(helper.make_node("Constant", [], [name], **attrs))
         outs.append(name)
     outs = backend.prepare(b.model(outs, 13)).run([])
-    expected = [np.array(7), np.array([1, -2]), np.array(1.5, np.float32), np.array([0.5], np.float32),
-                np.array("é", object), np.array(["a", "bc"], object), np.array([1.5, -2.0], jnp.bfloat16)]
+    expected = [
+        np.array(7),
+        np.array([1, -2]),
+        np.array(1.5, np.float32),
+        np.array([0.5], np.float32),
+        np.array("é", object),
+        np.array(["a", "bc"], object),
+        np.array([1.5, -2.0], jnp.bfloat16),
+    ]
     _assert_outputs(outs, expected)
 
 
@@ -405,7 +542,9 @@ def test_to_jax_is_pure_and_matches_run():
             assert isinstance(o, jax.Array)
             np.testing.assert_array_equal(np.asarray(o), e)
     _assert_outputs(backend.prepare(_chain_model()).run([DATA, IDS]), list(expected))
-    with pytest.raises(TypeError, match=re.escape("ONNX model: the function takes 2 inputs ['t0', 't1'], got 1")):
+    with pytest.raises(
+        TypeError, match=re.escape("ONNX model: the function takes 2 inputs ['t0', 't1'], got 1")
+    ):
         fn(DATA)
 
 
@@ -430,11 +569,15 @@ def test_to_jax_vmap_and_grad():
 def test_to_jax_out_of_bounds_under_jit():
     fn = backend.to_jax(_chain_model())
     bad = np.array([[3], [4], [0]], np.int64)
-    with pytest.raises(IndexError, match=re.escape(f"GatherND node 'n_t7': indices[1, 0] = 4 is out of bounds")):
+    with pytest.raises(
+        IndexError, match=re.escape("GatherND node 'n_t7': indices[1, 0] = 4 is out of bounds")
+    ):
         fn(DATA, bad)  # concrete: the eager error
     filled = jax.jit(fn)(DATA, bad)[1]  # traced: the "fill" result
     assert np.isnan(np.asarray(filled)[1]) and np.asarray(filled)[0] == DATA[0, 3]
-    with pytest.raises(IndexError, match=re.escape("GatherND: indices[1, 0] = 4 is out of bounds for axis 1 of size 4")):
+    with pytest.raises(
+        IndexError, match=re.escape("GatherND: indices[1, 0] = 4 is out of bounds for axis 1 of size 4")
+    ):
         jax_gather.checked(jax.jit(fn))(DATA, bad)
 
 

@@ -54,6 +54,7 @@ def test_each_timed_block_follows_untimed_calls_of_the_same_contender(monkeypatc
     def contender(name):
         def call():
             log.append(("call", name, time.perf_counter()))
+
         call.__name__ = name
         return call
 
@@ -88,8 +89,20 @@ def test_page_faults_are_counted():
 
 def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
-    argv = ["bench", "--quick", "--only", "gather axis 1", "--rounds", "1", "--no-backward",
-            "--no-tune-allocator", "--json", str(out_json), "--plot", str(out_png)]
+    argv = [
+        "bench",
+        "--quick",
+        "--only",
+        "gather axis 1",
+        "--rounds",
+        "1",
+        "--no-backward",
+        "--no-tune-allocator",
+        "--json",
+        str(out_json),
+        "--plot",
+        str(out_png),
+    ]
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
     assert "allocator: glibc defaults" in text and "geometric mean" in text
@@ -118,11 +131,22 @@ def test_compare_allocator_measures_glibc_defaults_in_a_child(tmp_path, capsys, 
     from jax_gather import allocator
 
     # The real tuning is process-wide; the pytest process keeps glibc's defaults.
-    monkeypatch.setattr(allocator, "tune_cpu_allocator",
-                        lambda: allocator.AllocatorTuning(True, (("M_ARENA_MAX", 1),)))
+    monkeypatch.setattr(
+        allocator, "tune_cpu_allocator", lambda: allocator.AllocatorTuning(True, (("M_ARENA_MAX", 1),))
+    )
     out_json = tmp_path / "r.json"
-    argv = ["bench", "--quick", "--only", "gather axis 1", "--rounds", "1", "--no-backward",
-            "--compare-allocator", "--json", str(out_json)]
+    argv = [
+        "bench",
+        "--quick",
+        "--only",
+        "gather axis 1",
+        "--rounds",
+        "1",
+        "--no-backward",
+        "--compare-allocator",
+        "--json",
+        str(out_json),
+    ]
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
     assert "allocator: tuned (M_ARENA_MAX=1)" in text
@@ -134,9 +158,19 @@ def test_compare_allocator_measures_glibc_defaults_in_a_child(tmp_path, capsys, 
 
 def test_short_calls_are_reported_apart_and_left_out_of_the_geometric_mean():
     def row(name, ratio, short=False):
-        return {"case": name, "median_s": {"jax_gather": 1e-3, "onnxruntime": 1e-3}, "best_peer": "onnxruntime",
-                "ratio": ratio, "ratio_promise": ratio, "ratio_vs_jnp": 0.9, "checked_over_fill": 1.0,
-                "bandwidth_GBps": 1.0, "memcpy_GBps": 2.0, "page_faults_per_call": 0, "short": short}
+        return {
+            "case": name,
+            "median_s": {"jax_gather": 1e-3, "onnxruntime": 1e-3},
+            "best_peer": "onnxruntime",
+            "ratio": ratio,
+            "ratio_promise": ratio,
+            "ratio_vs_jnp": 0.9,
+            "checked_over_fill": 1.0,
+            "bandwidth_GBps": 1.0,
+            "memcpy_GBps": 2.0,
+            "page_faults_per_call": 0,
+            "short": short,
+        }
 
     text = bench._format_table([row("a", 0.5), row("tiny", 9.0, short=True), row("b", 2.0)])
     lines = text.splitlines()
@@ -184,16 +218,31 @@ def test_run_case_times_the_same_program_twice_and_gives_intervals():
 
 def test_the_table_says_which_shapes_are_behind_by_their_intervals():
     def row(name, ratio, interval, same_interval, backward_interval=(0.8, 0.9)):
-        return {"case": name, "median_s": {"jax_gather": 1e-3, "jnp": 1e-3}, "best_peer": "jnp",
-                "ratio": ratio, "ratio_interval": (*interval, 0.935), "verdict": bench._verdict(interval),
-                "ratio_promise": ratio, "checked_over_fill": 1.0, "same_program_ratio": 1.0,
-                "same_program_interval": (*same_interval, 0.935), "bandwidth_GBps": 1.0,
-                "memcpy_GBps": 2.0, "page_faults_per_call": 0, "backward_ratio_vs_jnp": 1.0,
-                "backward_interval": (*backward_interval, 0.935)}
+        return {
+            "case": name,
+            "median_s": {"jax_gather": 1e-3, "jnp": 1e-3},
+            "best_peer": "jnp",
+            "ratio": ratio,
+            "ratio_interval": (*interval, 0.935),
+            "verdict": bench._verdict(interval),
+            "ratio_promise": ratio,
+            "checked_over_fill": 1.0,
+            "same_program_ratio": 1.0,
+            "same_program_interval": (*same_interval, 0.935),
+            "bandwidth_GBps": 1.0,
+            "memcpy_GBps": 2.0,
+            "page_faults_per_call": 0,
+            "backward_ratio_vs_jnp": 1.0,
+            "backward_interval": (*backward_interval, 0.935),
+        }
 
-    text = bench._format_table([row("fast", 0.7, (0.6, 0.8), (0.9, 1.1)),
-                                row("even", 1.05, (0.95, 1.2), (0.97, 1.04)),
-                                row("slow", 1.3, (1.1, 1.4), (1.02, 1.1), (1.05, 1.2))])
+    text = bench._format_table(
+        [
+            row("fast", 0.7, (0.6, 0.8), (0.9, 1.1)),
+            row("even", 1.05, (0.95, 1.2), (0.97, 1.04)),
+            row("slow", 1.3, (1.1, 1.4), (1.02, 1.1), (1.05, 1.2)),
+        ]
+    )
     assert "at 94% confidence: ahead of the best peer on 1, level on 1, behind on 1 (slow)" in text
     assert "backward against jnp's: ahead on 2, level on 0, behind on 1 (slow)" in text
     assert "told apart on 1 of 3 shapes (slow)" in text

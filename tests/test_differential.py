@@ -4,10 +4,8 @@ The ONNX reference evaluator wraps out-of-bounds GatherElements indices and reje
 smaller than data, so it only sees same-shape, in-bounds cases; onnxruntime sees the rest.
 """
 
-import jax
 import numpy as np
-from hypothesis import given, note
-from hypothesis import strategies as st
+from hypothesis import given, note, strategies as st
 
 import jax_gather
 from tests.compat import enable_x64
@@ -15,8 +13,20 @@ from tests.onnx_models import one_node_model, run_onnxruntime, run_reference
 from tests.strategies import gather_cases, gather_elements_cases, gather_nd_cases, make_data, make_indices
 
 # dtypes all of onnxruntime's CPU gather kernels accept from numpy
-ORT_DTYPES = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64,
-              np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
+ORT_DTYPES = [
+    np.float32,
+    np.float64,
+    np.float16,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.bool_,
+]
 INDEX = (np.int32, np.int64)
 
 
@@ -50,10 +60,16 @@ def test_gather_elements_against_onnx(case, dtype):
     same = all(
         i == d for k, (i, d) in enumerate(zip(indices_shape, data_shape)) if k != axis % len(data_shape)
     )
-    _compare("GatherElements", {"axis": axis},
-             lambda d, i: jax_gather.gather_elements(d, i, axis), data, indices, reference_ok=same,
-             # the reference evaluator mis-slices shapes for a negative axis
-             reference_attrs={"axis": axis % len(data_shape)})
+    _compare(
+        "GatherElements",
+        {"axis": axis},
+        lambda d, i: jax_gather.gather_elements(d, i, axis),
+        data,
+        indices,
+        reference_ok=same,
+        # the reference evaluator mis-slices shapes for a negative axis
+        reference_attrs={"axis": axis % len(data_shape)},
+    )
 
 
 @given(case=gather_nd_cases((np.int64,)), dtype=st.sampled_from(ORT_DTYPES))
@@ -62,7 +78,12 @@ def test_gather_nd_against_onnx(case, dtype):
     data = make_data(data_shape, dtype, seed)
     k = indices_shape[-1]
     indices = make_indices(indices_shape, data_shape[b : b + k], index_dtype, seed)
-    _compare("GatherND", {"batch_dims": b},
-             lambda d, i: jax_gather.gather_nd(d, i, b), data, indices,
-             # the reference evaluator cannot reshape empty batches
-             reference_ok=data.size > 0)
+    _compare(
+        "GatherND",
+        {"batch_dims": b},
+        lambda d, i: jax_gather.gather_nd(d, i, b),
+        data,
+        indices,
+        # the reference evaluator cannot reshape empty batches
+        reference_ok=data.size > 0,
+    )

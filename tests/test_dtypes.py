@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import jax_gather
-from tests.compat import enable_x64
 from tests import reference
+from tests.compat import enable_x64
 from tests.strategies import DATA_DTYPES, INDEX_DTYPES, make_data
 
 # (op, reference, data shape, in-bounds indices (with negatives), attribute)
@@ -33,8 +33,12 @@ class DtypeTest(chex.TestCase):
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_64_bit_data_is_canonicalised_without_x64(self):
-        expected = {np.int64: np.int32, np.uint64: np.uint32, np.float64: np.float32,
-                    np.complex128: np.complex64}
+        expected = {
+            np.int64: np.int32,
+            np.uint64: np.uint32,
+            np.float64: np.float32,
+            np.complex128: np.complex64,
+        }
         for dtype, canonical in expected.items():
             for op, ref, shape, idx, attr in OPS:
                 data = make_data(shape, dtype, seed=4)
@@ -62,7 +66,9 @@ def test_bfloat16_and_float16_values_survive(x64):
             data = np.array([[0.1, -2.5, 3e3], [np.inf, -np.inf, 7.0]], dtype=dtype)
             out = jax_gather.gather_elements(data, np.array([[1, 0, 1]]), axis=0)
             assert out.dtype == dtype
-            np.testing.assert_array_equal(np.asarray(out, np.float32), np.array([[np.inf, -2.5, 7.0]], np.float32))
+            np.testing.assert_array_equal(
+                np.asarray(out, np.float32), np.array([[np.inf, -2.5, 7.0]], np.float32)
+            )
 
 
 def test_nested_lists_and_python_scalars():

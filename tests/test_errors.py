@@ -10,17 +10,18 @@ import pytest
 from jax_gather import gather, gather_elements, gather_nd
 
 D = np.zeros((2, 3, 4), np.float32)
-I = np.array([0, 1])
+IDS = np.array([0, 1])
 
 # (case, op, data, indices, attribute, keyword arguments, exception, message pattern)
+# fmt: off
 ERRORS = [
-    ("gather axis too large", gather, D, I, 3, {}, ValueError,
+    ("gather axis too large", gather, D, IDS, 3, {}, ValueError,
      r"Gather: axis must be in [-3, 2] for data of rank 3, got 3"),
-    ("gather axis too small", gather, D, I, -4, {}, ValueError,
+    ("gather axis too small", gather, D, IDS, -4, {}, ValueError,
      r"Gather: axis must be in [-3, 2] for data of rank 3, got -4"),
-    ("gather axis float", gather, D, I, 1.0, {}, TypeError,
+    ("gather axis float", gather, D, IDS, 1.0, {}, TypeError,
      r"Gather: axis must be a static Python integer (attributes are static under jit), got float 1.0"),
-    ("gather axis bool", gather, D, I, True, {}, TypeError,
+    ("gather axis bool", gather, D, IDS, True, {}, TypeError,
      r"Gather: axis must be an integer, got the bool True"),
     ("gather float indices", gather, D, np.array([0.0]), 0, {}, TypeError,
      r"Gather: indices must have an integer dtype (int32 or int64), got float"),
@@ -28,38 +29,41 @@ ERRORS = [
      r"Gather: indices must have an integer dtype (int32 or int64), got bool"),
     ("gather complex indices", gather, D, np.array([1j]), 0, {}, TypeError,
      r"Gather: indices must have an integer dtype (int32 or int64), got complex"),
-    ("gather rank-0 data", gather, np.float32(1), I, 0, {}, ValueError,
+    ("gather rank-0 data", gather, np.float32(1), IDS, 0, {}, ValueError,
      r"Gather: data must have rank >= 1, got rank 0 (shape ())"),
-    ("gather object data", gather, np.array([1, None], dtype=object), I, 0, {}, TypeError,
+    ("gather object data", gather, np.array([1, None], dtype=object), IDS, 0, {}, TypeError,
      r"Gather: data must have a boolean, numeric or string dtype, got object"),
-    ("gather unknown mode", gather, D, I, 0, {"mode": "wrap"}, ValueError,
+    ("gather unknown mode", gather, D, IDS, 0, {"mode": "wrap"}, ValueError,
      r"Gather: mode must be one of 'checked', 'clip', 'fill', 'promise_in_bounds', got 'wrap'"),
-    ("gather fractional fill for ints", gather, D.astype(np.int32), I, 0,
+    ("gather fractional fill for ints", gather, D.astype(np.int32), IDS, 0,
      {"mode": "fill", "fill_value": 1.5}, ValueError,
      r"Gather: fill_value 1.5 cannot be represented in the data dtype int32"),
-    ("gather fill out of int8 range", gather, D.astype(np.int8), I, 0,
+    ("gather fill out of int8 range", gather, D.astype(np.int8), IDS, 0,
      {"mode": "fill", "fill_value": 300}, ValueError,
      r"Gather: fill_value 300 cannot be represented in the data dtype int8"),
-    ("gather complex fill for floats", gather, D, I, 0, {"mode": "fill", "fill_value": 1j}, ValueError,
+    ("gather complex fill for floats", gather, D, IDS, 0, {"mode": "fill", "fill_value": 1j}, ValueError,
      r"Gather: fill_value 1j cannot be represented in the data dtype float32"),
-    ("gather fill overflows float16", gather, D.astype(np.float16), I, 0,
+    ("gather fill overflows float16", gather, D.astype(np.float16), IDS, 0,
      {"mode": "fill", "fill_value": 1e6}, ValueError,
      r"Gather: fill_value 1000000.0 cannot be represented in the data dtype float16"),
-    ("gather string fill", gather, D, I, 0, {"mode": "fill", "fill_value": "x"}, TypeError,
+    ("gather string fill", gather, D, IDS, 0, {"mode": "fill", "fill_value": "x"}, TypeError,
      r"Gather: fill_value must be a scalar number or bool, got str 'x'"),
-    ("gather string fill in clip mode", gather, D, I, 0, {"mode": "clip", "fill_value": "x"}, TypeError,
+    ("gather string fill in clip mode", gather, D, IDS, 0, {"mode": "clip", "fill_value": "x"}, TypeError,
      r"Gather: fill_value must be a scalar number or bool, got str 'x'"),
     ("nd fill out of int8 range in promise mode", gather_nd, D.astype(np.int8), np.array([[0, 1]]), 0,
      {"mode": "promise_in_bounds", "fill_value": 300}, ValueError,
      r"GatherND: fill_value 300 cannot be represented in the data dtype int8"),
-    ("gather array fill", gather, D, I, 0, {"mode": "fill", "fill_value": [1, 2]}, TypeError,
+    ("gather array fill", gather, D, IDS, 0, {"mode": "fill", "fill_value": [1, 2]}, TypeError,
      r"Gather: fill_value must be a scalar number or bool, got list [1, 2]"),
-    ("gather clip on empty axis", gather, np.zeros((0, 3)), I, 0, {"mode": "clip"}, IndexError,
-     r"Gather: indices must be empty to index axis 0 of size 0 (no index is valid), got indices of shape (2,) in mode 'clip'"),
+    ("gather clip on empty axis", gather, np.zeros((0, 3)), IDS, 0, {"mode": "clip"}, IndexError,
+     r"Gather: indices must be empty to index axis 0 of size 0 (no index is valid), got indices of "
+     r"shape (2,) in mode 'clip'"),
     ("elements rank mismatch", gather_elements, D, np.zeros((2, 3), int), 0, {}, ValueError,
-     r"GatherElements: indices must have the same rank as data (3), got rank 2 (indices shape (2, 3), data shape (2, 3, 4))"),
+     r"GatherElements: indices must have the same rank as data (3), got rank 2 (indices shape (2, 3), "
+     r"data shape (2, 3, 4))"),
     ("elements larger non-axis dim", gather_elements, D, np.zeros((2, 4, 4), int), 2, {}, ValueError,
-     r"GatherElements: indices dimension 1 (size 4) must not be larger than data dimension 1 (size 3) except on axis 2"),
+     r"GatherElements: indices dimension 1 (size 4) must not be larger than data dimension 1 (size 3) "
+     r"except on axis 2"),
     ("elements axis too large", gather_elements, D, np.zeros((2, 3, 4), int), 5, {}, ValueError,
      r"GatherElements: axis must be in [-3, 2] for data of rank 3, got 5"),
     ("elements float indices", gather_elements, D, np.zeros((2, 3, 4)), 0, {}, TypeError,
@@ -71,11 +75,15 @@ ERRORS = [
     ("nd index tuple too long", gather_nd, D, np.zeros((2, 3), int), 1, {}, ValueError,
      r"GatherND: indices.shape[-1] must be in [1, rank(data) - batch_dims] = [1, 2], got 3"),
     ("nd negative batch_dims", gather_nd, D, np.zeros((2, 1), int), -1, {}, ValueError,
-     r"GatherND: batch_dims must be in [0, min(rank(indices), rank(data))) = [0, 2) for indices of rank 2 and data of rank 3, got -1"),
+     r"GatherND: batch_dims must be in [0, min(rank(indices), rank(data))) = [0, 2) for indices of "
+     r"rank 2 and data of rank 3, got -1"),
     ("nd batch_dims too large", gather_nd, D, np.zeros((2, 1), int), 2, {}, ValueError,
-     r"GatherND: batch_dims must be in [0, min(rank(indices), rank(data))) = [0, 2) for indices of rank 2 and data of rank 3, got 2"),
-    ("nd batch dims differ (divisible)", gather_nd, np.zeros((4, 3)), np.zeros((2, 1), int), 1, {}, ValueError,
-     r"GatherND: the first batch_dims=1 dimensions of data and indices must be equal, got data shape (4, 3) and indices shape (2, 1)"),
+     r"GatherND: batch_dims must be in [0, min(rank(indices), rank(data))) = [0, 2) for indices of "
+     r"rank 2 and data of rank 3, got 2"),
+    ("nd batch dims differ (divisible)", gather_nd, np.zeros((4, 3)), np.zeros((2, 1), int), 1, {},
+     ValueError,
+     r"GatherND: the first batch_dims=1 dimensions of data and indices must be equal, got data shape "
+     r"(4, 3) and indices shape (2, 1)"),
     ("nd batch_dims float", gather_nd, D, np.zeros((2, 1), int), 1.0, {}, TypeError,
      r"GatherND: batch_dims must be a static Python integer"),
     ("elements rank-0 data", gather_elements, np.float32(1), np.array(0), 0, {}, ValueError,
@@ -89,6 +97,7 @@ ERRORS = [
     ("nd bool indices", gather_nd, D, np.zeros((2, 1), bool), 0, {}, TypeError,
      r"GatherND: indices must have an integer dtype (int32 or int64), got bool"),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -106,14 +115,18 @@ def test_bad_input_is_refused_clearly(op, data, indices, attr, kwargs, exc, mess
         (jax.jit(call) if jit else call)(data, indices)
 
 
+# fmt: off
 EMPTY_AXIS = [
     (gather, np.zeros((0, 3)), np.array([0, 1]), 0,
      r"Gather: indices[0] = 0 is out of bounds for axis 0 of size 0 (the axis is empty: no index is valid)"),
     (gather_elements, np.zeros((2, 0)), np.zeros((2, 1), int), 1,
-     r"GatherElements: indices[0, 0] = 0 is out of bounds for axis 1 of size 0 (the axis is empty: no index is valid)"),
+     r"GatherElements: indices[0, 0] = 0 is out of bounds for axis 1 of size 0 (the axis is empty: no "
+     r"index is valid)"),
     (gather_nd, np.zeros((2, 0, 3)), np.zeros((4, 2), int), 0,
-     r"GatherND: indices[0, 1] = 0 is out of bounds for axis 1 of size 0 (the axis is empty: no index is valid); it is component 1 of the index tuple indices[0, :]"),
+     r"GatherND: indices[0, 1] = 0 is out of bounds for axis 1 of size 0 (the axis is empty: no index "
+     r"is valid); it is component 1 of the index tuple indices[0, :]"),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("op, data, indices, attr, message", EMPTY_AXIS)

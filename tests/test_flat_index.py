@@ -57,15 +57,17 @@ def test_which_gathers_take_one_linear_index(shape, plan, linear, forward):
 def test_int64_offsets_where_int32_would_wrap():
     with enable_x64(True):
         assert flat_index_dtype(HUGE, plans.gather_nd_plan(HUGE, (9, 2))) == (
-            jnp.int64 if CPU_LOWERINGS else None)
+            jnp.int64 if CPU_LOWERINGS else None
+        )
         assert flat_index_dtype((46340, 46340), plans.gather_nd_plan((46340, 46340), (9, 2))) == (
-            I32 if CPU_LOWERINGS else None)  # 46340**2 < 2**31
+            I32 if CPU_LOWERINGS else None
+        )  # 46340**2 < 2**31
         plan = plans.gather_elements_plan(HUGE, (9, 65536), 0)
         assert flat_index_dtype(HUGE, plan) == (jnp.int64 if CPU_LOWERINGS else None)
 
 
 def test_symbolic_dims_keep_the_tuple_gather():
-    n, = export.symbolic_shape("n")
+    (n,) = export.symbolic_shape("n")
     assert flat_index_dtype((n, 4), plans.gather_nd_plan((n, 4), (9, 2))) is None
     assert flat_index_dtype((3, 4), plans.gather_nd_plan((3, 4), (n, 2))) is None
     assert flat_index_dtype((n, 4), plans.gather_elements_plan((n, 4), (n, 4), 1)) is None
@@ -126,7 +128,15 @@ def _tuples(rng, sizes, lead, outside):
     for size in sizes:
         part = rng.integers(-size, size, lead)
         if outside:
-            edges = [size, -size - 1, 3 * size, np.iinfo(np.int32).min, np.iinfo(np.int32).max, size - 1, -size]
+            edges = [
+                size,
+                -size - 1,
+                3 * size,
+                np.iinfo(np.int32).min,
+                np.iinfo(np.int32).max,
+                size - 1,
+                -size,
+            ]
             flat = part.reshape(-1)
             flat[rng.permutation(flat.size)[: len(edges)]] = edges
         parts.append(part)
@@ -134,11 +144,27 @@ def _tuples(rng, sizes, lead, outside):
 
 
 # Eager calls run the same jitted program after the host check: two dtypes suffice there.
-@pytest.mark.parametrize("dtype, jit", [
-    *((dtype, True) for dtype in (np.float32, np.int8, np.uint16, np.float16, ml_dtypes.bfloat16, np.bool_,
-                                  np.float64, np.complex64)),
-    (np.float32, False), (ml_dtypes.bfloat16, False),
-], ids=lambda v: ("jit" if v else "eager") if isinstance(v, bool) else np.dtype(v).name)
+@pytest.mark.parametrize(
+    "dtype, jit",
+    [
+        *(
+            (dtype, True)
+            for dtype in (
+                np.float32,
+                np.int8,
+                np.uint16,
+                np.float16,
+                ml_dtypes.bfloat16,
+                np.bool_,
+                np.float64,
+                np.complex64,
+            )
+        ),
+        (np.float32, False),
+        (ml_dtypes.bfloat16, False),
+    ],
+    ids=lambda v: ("jit" if v else "eager") if isinstance(v, bool) else np.dtype(v).name,
+)
 def test_every_mode_matches_the_reference(dtype, jit):
     with enable_x64(np.dtype(dtype).itemsize == 8):
         _every_mode_matches_the_reference(dtype, jit)
@@ -149,7 +175,13 @@ def _every_mode_matches_the_reference(dtype, jit):
     fill = np.asarray(True if dtype == np.bool_ else 3, dtype)
     cases = []
     # Two, three and four indexed axes after 0, 1 or 2 batch dims.
-    for shape, batch_dims in [((5, 6), 0), ((3, 5, 6), 1), ((3, 4, 5, 6), 2), ((4, 5, 6), 0), ((3, 4, 5, 6), 0)]:
+    for shape, batch_dims in [
+        ((5, 6), 0),
+        ((3, 5, 6), 1),
+        ((3, 4, 5, 6), 2),
+        ((4, 5, 6), 0),
+        ((3, 4, 5, 6), 0),
+    ]:
         data = random_bits(rng, dtype, shape)
         sizes = shape[batch_dims:]
         inside = _tuples(rng, sizes, shape[:batch_dims] + (7, 5), outside=False)
@@ -158,8 +190,13 @@ def _every_mode_matches_the_reference(dtype, jit):
             (data, batch_dims, "promise_in_bounds", inside, reference.gather_nd(data, inside, batch_dims)),
             (data, batch_dims, "checked", inside, reference.gather_nd(data, inside, batch_dims)),
             (data, batch_dims, "clip", outside, reference.gather_nd(data, outside, batch_dims, mode="clip")),
-            (data, batch_dims, "fill", outside,
-             reference.gather_nd(data, outside, batch_dims, mode="fill", fill=fill)),
+            (
+                data,
+                batch_dims,
+                "fill",
+                outside,
+                reference.gather_nd(data, outside, batch_dims, mode="fill", fill=fill),
+            ),
         ]
     for data, batch_dims, mode, indices, expected in cases:
         fn = lambda d, i: jax_gather.gather_nd(d, i, batch_dims, mode=mode, fill_value=fill)
@@ -203,13 +240,23 @@ def test_gradient_scatters_into_the_flattened_data():
     for platform in ("cpu", "cuda"):
         module = module_for(jax.grad(_clip_sum), (data, indices, cotangent), platform)
         linear = platform == "cpu" and CPU_LOWERINGS
-        scatter = ("(tensor<90xf32>, tensor<3x40x1xi32>, tensor<3x40xf32>)" if linear
-                   else "(tensor<3x5x6xf32>, tensor<3x40x2xi32>, tensor<3x40xf32>)")
+        scatter = (
+            "(tensor<90xf32>, tensor<3x40x1xi32>, tensor<3x40xf32>)"
+            if linear
+            else "(tensor<3x5x6xf32>, tensor<3x40x2xi32>, tensor<3x40xf32>)"
+        )
         assert module.count('"stablehlo.scatter"') == 1 and scatter in module, (platform, module)
     # Forward and reverse mode to second order. The gather is linear in data, so a finite
     # difference of step 1 is exact but for float32 rounding.
-    check_grads(lambda d: _clip_sum(d, indices, cotangent), (data,), order=2, modes=("fwd", "rev"),
-                eps=1.0, atol=1e-4, rtol=1e-4)
+    check_grads(
+        lambda d: _clip_sum(d, indices, cotangent),
+        (data,),
+        order=2,
+        modes=("fwd", "rev"),
+        eps=1.0,
+        atol=1e-4,
+        rtol=1e-4,
+    )
 
 
 def test_default_mode_gradient_of_a_traced_fill():
@@ -257,9 +304,18 @@ def test_gather_elements_gradient_scatters_by_one_linear_index(mode, axis):
     size = data.shape[axis]
     indices = rng.integers(-size, size, shape).astype(np.int32)
     if mode in ("fill", "clip"):
-        indices.reshape(-1)[:6] = [size, -size - 1, 4 * size, np.iinfo(np.int32).min, np.iinfo(np.int32).max, -1]
+        indices.reshape(-1)[:6] = [
+            size,
+            -size - 1,
+            4 * size,
+            np.iinfo(np.int32).min,
+            np.iinfo(np.int32).max,
+            -1,
+        ]
     cotangent = rng.standard_normal(shape).astype(np.float32)
-    loss = lambda d: jnp.sum(jax_gather.gather_elements(d, indices, axis, mode=mode, fill_value=0.0) * cotangent)
+    loss = lambda d: jnp.sum(
+        jax_gather.gather_elements(d, indices, axis, mode=mode, fill_value=0.0) * cotangent
+    )
     grad = jax.jit(jax.grad(loss))(data)
     expected = _elements_reference_grad(data.shape, indices, axis % 3, cotangent, mode)
     np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-5, atol=1e-5)
@@ -270,11 +326,15 @@ def test_gather_elements_gradient_scatters_by_one_linear_index(mode, axis):
     for platform in ("cpu", "cuda"):
         module = module_for(jax.grad(loss), (data,), platform)
         linear = platform == "cpu" and CPU_LOWERINGS
-        scatter = (f"{np.prod(block)}xf32", f"{'x'.join(map(str, shape))}x1xi32") if linear else (
-            "x".join(map(str, block)) + "xf32", f"{'x'.join(map(str, shape))}x1xi32")
+        scatter = (
+            (f"{np.prod(block)}xf32", f"{'x'.join(map(str, shape))}x1xi32")
+            if linear
+            else ("x".join(map(str, block)) + "xf32", f"{'x'.join(map(str, shape))}x1xi32")
+        )
         assert _scatters(module) == [scatter], (platform, _scatters(module))
         assert "stablehlo.gather" not in module or all(
-            operand.count("x") == 3 for operand, _ in _gathers(module)), platform
+            operand.count("x") == 3 for operand, _ in _gathers(module)
+        ), platform
 
 
 def test_gather_elements_gradient_under_vmap_and_to_second_order():
@@ -288,8 +348,15 @@ def test_gather_elements_gradient_under_vmap_and_to_second_order():
         expected = _elements_reference_grad(data.shape[1:], indices[b], 1, cotangent[b], "clip")
         np.testing.assert_allclose(np.asarray(grads[b]), expected, rtol=1e-5, atol=1e-5)
     # Forward and reverse mode, through the linear gather's own derivative (step 1 is exact).
-    check_grads(lambda d: loss(d, indices[0], cotangent[0]), (data[0],), order=2, modes=("fwd", "rev"),
-                eps=1.0, atol=1e-4, rtol=1e-4)
+    check_grads(
+        lambda d: loss(d, indices[0], cotangent[0]),
+        (data[0],),
+        order=2,
+        modes=("fwd", "rev"),
+        eps=1.0,
+        atol=1e-4,
+        rtol=1e-4,
+    )
 
 
 def test_bfloat16_gather_elements_gradient():
@@ -298,9 +365,13 @@ def test_bfloat16_gather_elements_gradient():
     data = rng.standard_normal((6, 7)).astype(ml_dtypes.bfloat16)
     indices = rng.integers(-9, 9, (6, 7)).astype(np.int32)  # some out of bounds: filled
     cotangent = rng.standard_normal((6, 7)).astype(np.float32)
-    loss = lambda d: jnp.sum(jax_gather.gather_elements(d, indices, 0, mode="fill", fill_value=0.0).astype(jnp.float32) * cotangent)
+    loss = lambda d: jnp.sum(
+        jax_gather.gather_elements(d, indices, 0, mode="fill", fill_value=0.0).astype(jnp.float32) * cotangent
+    )
     grad = jax.jit(jax.grad(loss))(data)
-    expected = _elements_reference_grad(data.shape, indices, 0, cotangent.astype(ml_dtypes.bfloat16).astype(np.float64), "fill")
+    expected = _elements_reference_grad(
+        data.shape, indices, 0, cotangent.astype(ml_dtypes.bfloat16).astype(np.float64), "fill"
+    )
     np.testing.assert_allclose(np.asarray(grad).astype(np.float64), expected, rtol=2e-2, atol=2e-2)
     if CPU_LOWERINGS:
         assert _scatters(module_for(jax.grad(loss), (data,), "cpu")) == [("42xbf16", "6x7x1xi32")]

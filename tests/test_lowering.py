@@ -15,9 +15,8 @@ import jax_gather
 from jax_gather import plans
 from jax_gather._lowering import BFLOAT16_ROWS_FROM, CPU_LOWERINGS, SHORT_ROWS, _release, row_view_dtype
 from tests import reference
-from tests.programs import bits, module_for
 from tests.compat import enable_x64
-
+from tests.programs import bits, module_for
 
 U8, U4 = jnp.uint8, jnp.uint4
 
@@ -60,12 +59,14 @@ def test_the_narrow_view_needs_jax_0_7():
 
 
 def test_symbolic_dims_keep_the_direct_gather():
-    n, = export.symbolic_shape("n")
+    (n,) = export.symbolic_shape("n")
     assert row_view_dtype((10, 32), np.float32, plans.gather_plan((10, 32), (n,), 0)) is None
     assert row_view_dtype((n, 32), np.float32, plans.gather_plan((n, 32), (4,), 0)) is None
 
 
-@pytest.mark.parametrize("dtype, cpu_operand", [(np.float32, "tensor<50x128xui8>"), (np.int8, "tensor<50x64xui4>")])
+@pytest.mark.parametrize(
+    "dtype, cpu_operand", [(np.float32, "tensor<50x128xui8>"), (np.int8, "tensor<50x64xui4>")]
+)
 def test_cpu_gathers_narrow_units_and_other_platforms_the_direct_gather(dtype, cpu_operand):
     data, indices = np.zeros((50, 32), dtype), np.array([3, -1, 7])
     fn = lambda d, i: jax_gather.gather(d, i)
@@ -103,8 +104,23 @@ def _special_values(dtype, shape) -> np.ndarray:
     return bits.astype(f"u{item}").view(dtype)
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
-                                   np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        np.int8,
+        np.uint8,
+        np.float16,
+        ml_dtypes.bfloat16,
+        np.float32,
+        np.float64,
+        np.int16,
+        np.uint16,
+        np.int32,
+        np.uint32,
+        np.int64,
+        np.uint64,
+    ],
+)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_narrow_view_is_bit_exact(dtype, jit):
     with enable_x64(np.dtype(dtype).itemsize == 8):
@@ -116,7 +132,9 @@ def test_narrow_view_is_bit_exact(dtype, jit):
         fn = lambda d, i: jax_gather.gather_nd(d, i)
         out = (jax.jit(fn) if jit else fn)(data, indices)
         _assert_same_bits(out, reference.gather_nd(data, indices, 0))
-        rows = (jax.jit(jax_gather.gather) if jit else jax_gather.gather)(data.reshape(240, 24), indices[:, 0])
+        rows = (jax.jit(jax_gather.gather) if jit else jax_gather.gather)(
+            data.reshape(240, 24), indices[:, 0]
+        )
         _assert_same_bits(rows, reference.gather(data.reshape(240, 24), indices[:, 0], 0))
 
 
@@ -152,7 +170,9 @@ def test_long_bfloat16_rows_through_the_view_are_bit_exact(width):
     grad = jax.grad(lambda d: jax_gather.gather(d, indices).astype(jnp.float32).sum())(jnp.asarray(data))
     expected = np.zeros((12,), np.float32)
     np.add.at(expected, indices, 1.0)
-    np.testing.assert_array_equal(np.asarray(grad, np.float32), np.broadcast_to(expected[:, None], data.shape))
+    np.testing.assert_array_equal(
+        np.asarray(grad, np.float32), np.broadcast_to(expected[:, None], data.shape)
+    )
 
 
 def test_bfloat16_fill_keeps_nan_payloads_and_its_gradient():
@@ -163,5 +183,6 @@ def test_bfloat16_fill_keeps_nan_payloads_and_its_gradient():
     _assert_same_bits(out[:2], data[[2, 2]])
     assert np.isnan(np.asarray(out[2], np.float32)).all()
     grad = jax.grad(lambda d: jax_gather.gather(d, indices, mode="fill").astype(jnp.float32).sum())(
-        jnp.ones((3, 4), jnp.bfloat16))
+        jnp.ones((3, 4), jnp.bfloat16)
+    )
     np.testing.assert_array_equal(np.asarray(grad, np.float32), [[0] * 4, [0] * 4, [2] * 4])

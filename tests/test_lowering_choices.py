@@ -40,7 +40,8 @@ def test_chosen_and_alternative_agree_and_time(choice):
 
 def test_a_broken_alternative_is_caught():
     broken = lowering_choices.Choice(
-        "negated", "tiny", CHOICES[0].make, CHOICES[0].chosen, lambda d, i: -CHOICES[0].chosen(d, i))
+        "negated", "tiny", CHOICES[0].make, CHOICES[0].chosen, lambda d, i: -CHOICES[0].chosen(d, i)
+    )
     with pytest.raises(AssertionError):
         lowering_choices.run_choice(broken, rounds=1, reps=1, scale=64)
 

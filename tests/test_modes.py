@@ -10,8 +10,8 @@ import pytest
 from jax.experimental import checkify
 
 import jax_gather
-from tests.compat import enable_x64
 from tests import reference
+from tests.compat import enable_x64
 
 DATA = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
 
@@ -47,7 +47,9 @@ def test_mode_matches_reference_on_out_of_bounds(name, jit, mode):
 def test_fill_value_is_used(name):
     op, ref, idx, attr = OOB_CASES[name]
     out = op(DATA.astype(np.int32), idx, attr, mode="fill", fill_value=-7)
-    np.testing.assert_array_equal(np.asarray(out), ref(DATA.astype(np.int32), idx, attr, mode="fill", fill=-7))
+    np.testing.assert_array_equal(
+        np.asarray(out), ref(DATA.astype(np.int32), idx, attr, mode="fill", fill=-7)
+    )
 
 
 def test_fill_value_may_be_traced():
@@ -93,9 +95,15 @@ def test_a_nan_or_signed_zero_fill_value_is_kept_and_compiled_once():
 @pytest.mark.parametrize(
     "dtype, expected",
     [
-        (np.float32, np.nan), (np.float16, np.nan), (ml_dtypes.bfloat16, np.nan),
-        (np.complex64, np.nan), (np.int8, -128), (np.int32, -(2**31)), (np.uint8, 255),
-        (np.uint16, 65535), (np.bool_, True),
+        (np.float32, np.nan),
+        (np.float16, np.nan),
+        (ml_dtypes.bfloat16, np.nan),
+        (np.complex64, np.nan),
+        (np.int8, -128),
+        (np.int32, -(2**31)),
+        (np.uint8, 255),
+        (np.uint16, 65535),
+        (np.bool_, True),
     ],
 )
 def test_default_fill_values_follow_jnp_take(dtype, expected):
@@ -119,9 +127,18 @@ def test_promise_in_bounds_is_exact_when_kept(name):
 # ---- checked mode -----------------------------------------------------------------------------
 
 EAGER_MESSAGES = {
-    "gather": r"(?m)^Gather: indices\[0, 1\] = 3 is out of bounds for axis 1 of size 3 \(valid range \[-3, 2\]\)$",
-    "gather_elements": r"(?m)^GatherElements: indices\[0, 0, 1\] = 4 is out of bounds for axis 2 of size 4 \(valid range \[-4, 3\]\)$",
-    "gather_nd": r"(?m)^GatherND: indices\[0, 1, 1\] = -5 is out of bounds for axis 2 of size 4 \(valid range \[-4, 3\]\); it is component 1 of the index tuple indices\[0, 1, :\]$",
+    "gather": (
+        r"(?m)^Gather: indices\[0, 1\] = 3 is out of bounds for axis 1 of size 3 "
+        r"\(valid range \[-3, 2\]\)$"
+    ),
+    "gather_elements": (
+        r"(?m)^GatherElements: indices\[0, 0, 1\] = 4 is out of bounds for axis 2 of size 4 "
+        r"\(valid range \[-4, 3\]\)$"
+    ),
+    "gather_nd": (
+        r"(?m)^GatherND: indices\[0, 1, 1\] = -5 is out of bounds for axis 2 of size 4 "
+        r"\(valid range \[-4, 3\]\); it is component 1 of the index tuple indices\[0, 1, :\]$"
+    ),
 }
 
 
@@ -173,15 +190,27 @@ def test_checked_under_vmap(in_axes):
 
 VMAP_OOB = {
     # op, attribute, per-example data (2, 3, 4), 3 examples of indices: in bounds, then one bad, message
-    "gather_nd": (jax_gather.gather_nd, 0, np.array([[[0, 0, 0]], [[1, 2, 3]], [[1, -1, 0]]]),
-                  np.array([[[0, 0, 0]], [[1, 2, 3]], [[1, 3, 0]]]),
-                  r"GatherND: indices\[0, 1\] = 3 is out of bounds for axis 1 of size 3 .*component 1 "),
-    "gather_nd batch_dims=1": (jax_gather.gather_nd, 1, np.array([[[0], [2]], [[1], [-3]], [[2], [0]]]),
-                               np.array([[[0], [2]], [[1], [-3]], [[2], [-4]]]),
-                               r"GatherND: indices\[1, 0\] = -4 is out of bounds for axis 1 of size 3"),
-    "gather_elements": (jax_gather.gather_elements, 2, np.zeros((3, 2, 3, 1), int) + [[[[3]]], [[[-4]]], [[[1]]]],
-                        np.zeros((3, 2, 3, 1), int) + [[[[3]]], [[[-4]]], [[[4]]]],
-                        r"GatherElements: indices\[0, 0, 0\] = 4 is out of bounds for axis 2 of size 4"),
+    "gather_nd": (
+        jax_gather.gather_nd,
+        0,
+        np.array([[[0, 0, 0]], [[1, 2, 3]], [[1, -1, 0]]]),
+        np.array([[[0, 0, 0]], [[1, 2, 3]], [[1, 3, 0]]]),
+        r"GatherND: indices\[0, 1\] = 3 is out of bounds for axis 1 of size 3 .*component 1 ",
+    ),
+    "gather_nd batch_dims=1": (
+        jax_gather.gather_nd,
+        1,
+        np.array([[[0], [2]], [[1], [-3]], [[2], [0]]]),
+        np.array([[[0], [2]], [[1], [-3]], [[2], [-4]]]),
+        r"GatherND: indices\[1, 0\] = -4 is out of bounds for axis 1 of size 3",
+    ),
+    "gather_elements": (
+        jax_gather.gather_elements,
+        2,
+        np.zeros((3, 2, 3, 1), int) + [[[[3]]], [[[-4]]], [[[1]]]],
+        np.zeros((3, 2, 3, 1), int) + [[[[3]]], [[[-4]]], [[[4]]]],
+        r"GatherElements: indices\[0, 0, 0\] = 4 is out of bounds for axis 2 of size 4",
+    ),
 }
 
 
@@ -192,14 +221,19 @@ def test_checked_under_vmap_with_batched_index_tuples(name, batched_data):
     # would become a gather that JAX's own checks flag on in-bounds input.
     op, attr, good, bad, message = VMAP_OOB[name]
     data = np.stack([DATA] * 3) if batched_data else DATA
-    f = jax_gather.checked(jax.jit(jax.vmap(lambda d, i: op(d, i, attr), in_axes=(0 if batched_data else None, 0))))
+    f = jax_gather.checked(
+        jax.jit(jax.vmap(lambda d, i: op(d, i, attr), in_axes=(0 if batched_data else None, 0)))
+    )
     out = f(data, good)
     for k in range(3):
         np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(op(DATA, good[k], attr)))
     with pytest.raises(IndexError, match=message):
         f(data, bad)
-    text = jax.jit(jax.vmap(lambda d, i: op(d, i, attr), in_axes=(0 if batched_data else None, 0))).lower(
-        data, good).as_text()
+    text = (
+        jax.jit(jax.vmap(lambda d, i: op(d, i, attr), in_axes=(0 if batched_data else None, 0)))
+        .lower(data, good)
+        .as_text()
+    )
     assert len(re.findall(r'"stablehlo.gather"|stablehlo.gather\(', text)) == 1, text
 
 
@@ -268,7 +302,11 @@ def test_checked_wrapper_returns_result_and_passes_kwargs():
 
 def test_no_gradient_flows_to_filled_positions():
     for mode in ("fill", "checked"):
-        g = jax.jit(jax.grad(lambda d: jax_gather.gather(d, jnp.array([0, 7, -9, 2]), mode=mode, fill_value=0.0).sum()))
+        g = jax.jit(
+            jax.grad(
+                lambda d: jax_gather.gather(d, jnp.array([0, 7, -9, 2]), mode=mode, fill_value=0.0).sum()
+            )
+        )
         np.testing.assert_array_equal(g(np.ones(3)), [1.0, 0.0, 1.0])
 
 
@@ -294,11 +332,14 @@ def test_int64_host_indices_with_x64_off_are_never_wrapped():
     np.testing.assert_array_equal(jax_gather.gather(data, big_u, mode="fill"), [np.nan, 2.0])
 
 
-@pytest.mark.parametrize("op, idx, attr", [
-    (jax_gather.gather, np.array([BIG, 1]), 0),
-    (jax_gather.gather_elements, np.array([BIG, 1]), 0),
-    (jax_gather.gather_nd, np.array([[BIG], [1]]), 0),
-])
+@pytest.mark.parametrize(
+    "op, idx, attr",
+    [
+        (jax_gather.gather, np.array([BIG, 1]), 0),
+        (jax_gather.gather_elements, np.array([BIG, 1]), 0),
+        (jax_gather.gather_nd, np.array([[BIG], [1]]), 0),
+    ],
+)
 def test_int64_traced_indices_with_x64_on_are_never_wrapped(op, idx, attr):
     with enable_x64(True):
         data = jnp.arange(4.0)

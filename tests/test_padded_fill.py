@@ -19,8 +19,8 @@ import jax_gather
 from jax_gather import plans
 from jax_gather._lowering import CPU_LOWERINGS, SHORT_LOOKUP_INDICES, fills_from_padding
 from tests import reference
-from tests.programs import bits, module_for, random_bits, run_with_cpu_devices
 from tests.compat import enable_x64
+from tests.programs import bits, module_for, random_bits, run_with_cpu_devices
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,12 @@ from tests.compat import enable_x64
         ((32,), np.float16, plans.gather_plan((32,), (7, 2), 0), True),  # Gather of 1-D data
         # Short row lookups: at most SHORT_LOOKUP_INDICES index components.
         ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (9, 2), 0), True),
-        ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (SHORT_LOOKUP_INDICES // 2 + 1, 2), 0), False),
+        (
+            (4, 5, 6),
+            np.float32,
+            plans.gather_nd_plan((4, 5, 6), (SHORT_LOOKUP_INDICES // 2 + 1, 2), 0),
+            False,
+        ),
         ((100, 512), np.int8, plans.gather_plan((100, 512), (2, SHORT_LOOKUP_INDICES // 2), 0), True),
         ((100, 512), np.int8, plans.gather_plan((100, 512), (SHORT_LOOKUP_INDICES + 1,), 0), False),
         ((100, 16), np.float32, plans.gather_plan((100, 16), (7,), 1), True),  # columns
@@ -49,7 +54,7 @@ def test_which_gathers_read_fill_from_padding(shape, dtype, plan, expected):
 
 
 def test_symbolic_dims_keep_the_select():
-    n, = export.symbolic_shape("n")
+    (n,) = export.symbolic_shape("n")
     assert not fills_from_padding((n, 4), np.float32, plans.gather_elements_plan((n, 4), (n, 4), 1))
     assert not fills_from_padding((10,), np.float32, plans.gather_plan((10,), (n,), 0))
 
@@ -69,7 +74,7 @@ def test_cpu_reads_fill_from_padding_and_other_platforms_select():
 
 def _entry_ops(compiled_text: str) -> list[str]:
     """The opcodes of the compiled entry computation (fusions are not looked into)."""
-    entry = compiled_text[compiled_text.index("\nENTRY"):]
+    entry = compiled_text[compiled_text.index("\nENTRY") :]
     ops = re.findall(r"= \S+ (\S+?)\(", entry)
     return [op for op in ops if op not in ("parameter", "constant")]
 
@@ -78,19 +83,55 @@ def _entry_ops(compiled_text: str) -> list[str]:
 @pytest.mark.parametrize(
     "name, fn, data_shape, indices",
     [
-        ("gather_elements", lambda d, i: jax_gather.gather_elements(d, i, 0), (64, 48),
-         np.zeros((64, 48), np.int32)),
-        ("gather_nd scalars", lambda d, i: jax_gather.gather_nd(d, i), (64, 48), np.zeros((1000, 2), np.int32)),
-        ("large data, few reads", lambda d, i: jax_gather.gather_nd(d, i), (2048, 2048), np.zeros((5, 2), np.int32)),
-        ("vmap", jax.vmap(lambda d, i: jax_gather.gather_elements(d, i, 1)), (4, 64, 48),
-         np.zeros((4, 64, 48), np.int32)),
-        ("gather_nd batch_dims=1", lambda d, i: jax_gather.gather_nd(d, i, 1), (8, 64, 48),
-         np.zeros((8, 100, 2), np.int32)),
+        (
+            "gather_elements",
+            lambda d, i: jax_gather.gather_elements(d, i, 0),
+            (64, 48),
+            np.zeros((64, 48), np.int32),
+        ),
+        (
+            "gather_nd scalars",
+            lambda d, i: jax_gather.gather_nd(d, i),
+            (64, 48),
+            np.zeros((1000, 2), np.int32),
+        ),
+        (
+            "large data, few reads",
+            lambda d, i: jax_gather.gather_nd(d, i),
+            (2048, 2048),
+            np.zeros((5, 2), np.int32),
+        ),
+        (
+            "vmap",
+            jax.vmap(lambda d, i: jax_gather.gather_elements(d, i, 1)),
+            (4, 64, 48),
+            np.zeros((4, 64, 48), np.int32),
+        ),
+        (
+            "gather_nd batch_dims=1",
+            lambda d, i: jax_gather.gather_nd(d, i, 1),
+            (8, 64, 48),
+            np.zeros((8, 100, 2), np.int32),
+        ),
         ("short row lookup", lambda d, i: jax_gather.gather(d, i, 0), (2048, 512), np.zeros((64,), np.int32)),
-        ("short column lookup", lambda d, i: jax_gather.gather(d, i, 1), (512, 2048), np.zeros((16,), np.int32)),
-        ("gather_nd short rows", lambda d, i: jax_gather.gather_nd(d, i), (64, 64, 96), np.zeros((32, 2), np.int32)),
-        ("vmap short row lookup", jax.vmap(lambda d, i: jax_gather.gather(d, i, 0)), (4, 256, 96),
-         np.zeros((4, 20), np.int32)),
+        (
+            "short column lookup",
+            lambda d, i: jax_gather.gather(d, i, 1),
+            (512, 2048),
+            np.zeros((16,), np.int32),
+        ),
+        (
+            "gather_nd short rows",
+            lambda d, i: jax_gather.gather_nd(d, i),
+            (64, 64, 96),
+            np.zeros((32, 2), np.int32),
+        ),
+        (
+            "vmap short row lookup",
+            jax.vmap(lambda d, i: jax_gather.gather(d, i, 0)),
+            (4, 256, 96),
+            np.zeros((4, 20), np.int32),
+        ),
     ],
 )
 def test_the_pad_is_fused_into_the_gather(name, fn, data_shape, indices):
@@ -142,9 +183,18 @@ def _out_of_bounds_indices(rng, size, shape, dtype=np.int32):
 
 @pytest.mark.parametrize(
     "dtype, fill, expected_fill",
-    [(np.float32, -7.5, -7.5), (np.float32, None, np.nan), (np.float16, 3.0, 3.0), (np.int8, -3, -3),
-     (np.uint8, 200, 200), (np.bool_, True, True), (np.int32, None, -(2**31)), (np.complex64, 2 - 1j, 2 - 1j),
-     (np.float64, -0.0, -0.0), (np.int64, 7, 7)],
+    [
+        (np.float32, -7.5, -7.5),
+        (np.float32, None, np.nan),
+        (np.float16, 3.0, 3.0),
+        (np.int8, -3, -3),
+        (np.uint8, 200, 200),
+        (np.bool_, True, True),
+        (np.int32, None, -(2**31)),
+        (np.complex64, 2 - 1j, 2 - 1j),
+        (np.float64, -0.0, -0.0),
+        (np.int64, 7, 7),
+    ],
 )
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_padded_fill_matches_the_reference(dtype, fill, expected_fill, jit):
@@ -223,7 +273,7 @@ def test_short_row_lookups_differentiate_as_the_select(axis):
         indices = _out_of_bounds_indices(rng, data.shape[axis], (4, 2))
         op = lambda d, fill: jax_gather.gather(d, indices, axis, mode="fill", fill_value=fill)
         inside = (indices >= -data.shape[axis]) & (indices < data.shape[axis])
-        out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1:]
+        out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1 :]
     cotangent = rng.standard_normal(out_shape).astype(np.float32)
     f = lambda d, fill: jnp.sum(op(d, fill) * cotangent)
     d_data, d_fill = jax.jit(jax.grad(f, argnums=(0, 1)))(data, jnp.float32(-2.0))
@@ -243,16 +293,23 @@ def test_short_row_lookups_differentiate_as_the_select(axis):
     np.testing.assert_allclose(np.asarray(d_data), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(float(d_fill), fill_grad, rtol=1e-5, atol=1e-6)
     with enable_x64(True):
-        check_grads(lambda d, fill: f(d, fill), (data.astype(np.float64), np.float64(-2.0)), order=2,
-                    modes=("fwd", "rev"))
+        check_grads(
+            lambda d, fill: f(d, fill),
+            (data.astype(np.float64), np.float64(-2.0)),
+            order=2,
+            modes=("fwd", "rev"),
+        )
 
 
 def test_padded_fill_under_vmap_and_checkify():
     data = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
     indices = np.array([[[0, 4, -1, -5]] * 3, [[1, 2, 3, -4]] * 3])
     out = jax.jit(jax.vmap(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill", fill_value=-1.0)))(
-        data, indices)
-    expected = np.stack([reference.gather_elements(data[b], indices[b], 1, mode="fill", fill=-1.0) for b in range(2)])
+        data, indices
+    )
+    expected = np.stack(
+        [reference.gather_elements(data[b], indices[b], 1, mode="fill", fill=-1.0) for b in range(2)]
+    )
     np.testing.assert_array_equal(np.asarray(out), expected)
     checked = jax_gather.checked(jax.jit(lambda d, i: jax_gather.gather_elements(d, i, 2)))
     with pytest.raises(IndexError, match=r"indices\[0, 0, 1\] = 4 is out of bounds for axis 2 of size 4"):

@@ -99,14 +99,38 @@ def test_plans_are_cached_and_hashable():
         (lambda: gather_plan((3,), (1,), 1), ValueError, r"Gather: axis must be in \[-1, 0\] .* got 1"),
         (lambda: gather_plan((3,), (1,), 0.0), TypeError, r"Gather: axis must be a static Python integer"),
         (lambda: gather_elements_plan((3, 4), (3,), 0), ValueError, r"same rank as data \(2\), got rank 1"),
-        (lambda: gather_elements_plan((3, 4), (4, 4), 1), ValueError, r"indices dimension 0 \(size 4\) must not be larger"),
+        (
+            lambda: gather_elements_plan((3, 4), (4, 4), 1),
+            ValueError,
+            r"indices dimension 0 \(size 4\) must not be larger",
+        ),
         (lambda: gather_nd_plan((3, 4), (), 0), ValueError, r"GatherND: indices must have rank >= 1"),
-        (lambda: gather_nd_plan((3, 4), (2, 3), 0), ValueError, r"indices.shape\[-1\] must be in \[1, rank\(data\) - batch_dims\] = \[1, 2\], got 3"),
-        (lambda: gather_nd_plan((3, 4), (2, 0), 0), ValueError, r"indices.shape\[-1\] must be in .* = \[1, 2\], got 0"),
-        (lambda: gather_nd_plan((3, 4), (3, 1), 2), ValueError, r"batch_dims must be in \[0, min.*\) = \[0, 2\).* got 2"),
+        (
+            lambda: gather_nd_plan((3, 4), (2, 3), 0),
+            ValueError,
+            r"indices.shape\[-1\] must be in \[1, rank\(data\) - batch_dims\] = \[1, 2\], got 3",
+        ),
+        (
+            lambda: gather_nd_plan((3, 4), (2, 0), 0),
+            ValueError,
+            r"indices.shape\[-1\] must be in .* = \[1, 2\], got 0",
+        ),
+        (
+            lambda: gather_nd_plan((3, 4), (3, 1), 2),
+            ValueError,
+            r"batch_dims must be in \[0, min.*\) = \[0, 2\).* got 2",
+        ),
         (lambda: gather_nd_plan((3, 4), (3, 1), -1), ValueError, r"batch_dims must be in .* got -1"),
-        (lambda: gather_nd_plan((6, 4), (3, 1), 1), ValueError, r"first batch_dims=1 dimensions of data and indices must be equal"),
-        (lambda: gather_nd_plan((3, 4), (3, 1), True), TypeError, r"batch_dims must be an integer, got the bool"),
+        (
+            lambda: gather_nd_plan((6, 4), (3, 1), 1),
+            ValueError,
+            r"first batch_dims=1 dimensions of data and indices must be equal",
+        ),
+        (
+            lambda: gather_nd_plan((3, 4), (3, 1), True),
+            TypeError,
+            r"batch_dims must be an integer, got the bool",
+        ),
     ],
 )
 def test_plan_errors(call, exc, pattern):
@@ -137,8 +161,11 @@ def test_symbolic_dims_in_other_scopes_are_other_keys():
 
 
 def test_smaller_symbolic_indices_need_a_constraint():
-    with pytest.raises(ValueError, match=r"GatherElements: indices dimension 0 \(size n\) must not be "
-                       r"larger than data dimension 0 \(size b\) except on axis 1 \(undecidable"):
+    with pytest.raises(
+        ValueError,
+        match=r"GatherElements: indices dimension 0 \(size n\) must not be "
+        r"larger than data dimension 0 \(size b\) except on axis 1 \(undecidable",
+    ):
         gather_elements_plan((b, 4), (n, 4), 1)
     c, d = export.symbolic_shape("c, d", constraints=["d <= c"])
     assert gather_elements_plan((c, 4), (d, 9), 1).data_block == (d, 4)
@@ -147,10 +174,14 @@ def test_smaller_symbolic_indices_need_a_constraint():
 @pytest.mark.parametrize(
     "call, pattern",
     [
-        (lambda: gather_nd_plan((4, 5), (n, b), 0),
-         r"GatherND: indices.shape\[-1\] must be a known integer .* got the symbolic dimension b"),
-        (lambda: gather_nd_plan((b, 5), (n, 3, 1), 1),
-         r"GatherND: the first batch_dims=1 dimensions of data and indices must be equal"),
+        (
+            lambda: gather_nd_plan((4, 5), (n, b), 0),
+            r"GatherND: indices.shape\[-1\] must be a known integer .* got the symbolic dimension b",
+        ),
+        (
+            lambda: gather_nd_plan((b, 5), (n, 3, 1), 1),
+            r"GatherND: the first batch_dims=1 dimensions of data and indices must be equal",
+        ),
     ],
 )
 def test_symbolic_plan_errors(call, pattern):

@@ -4,12 +4,11 @@ NumPy reference, each run jitted and not. A failure prints a snippet that reprod
 import chex
 import jax
 import numpy as np
-from hypothesis import given, note
-from hypothesis import strategies as st
+from hypothesis import given, note, strategies as st
 
 import jax_gather
-from tests.compat import enable_x64
 from tests import reference
+from tests.compat import enable_x64
 from tests.strategies import (
     DATA_DTYPES,
     INDEX_DTYPES,
@@ -20,7 +19,6 @@ from tests.strategies import (
     make_indices,
     make_wild_indices,
 )
-
 
 
 def _snippet(op_name, data, indices, attr_name, attr):
@@ -91,19 +89,25 @@ class ModePropertyTest(chex.TestCase):
         cases, ref, op, attr_name = OPS[name]
         data_shape, indices_shape, attr, seed, _ = data.draw(cases())
         values = make_data(data_shape, np.float32, seed)
-        indices = make_wild_indices(indices_shape, _sizes(name, data_shape, indices_shape, attr), index_dtype, seed)
+        indices = make_wild_indices(
+            indices_shape, _sizes(name, data_shape, indices_shape, attr), index_dtype, seed
+        )
         note(_snippet(name, values, indices, attr_name, attr) + f", mode={mode!r})")
         # With x64 off, jax.jit itself narrows an int64 argument before the op sees it.
         with enable_x64(index_dtype == np.int64):
             out = self.variant(lambda d, i: op(d, i, attr, mode=mode))(values, indices)
         _assert_matches(out, ref(values, indices, attr, mode=mode, fill=np.nan))
 
-    @given(name=st.sampled_from(sorted(OPS)), data=st.data(), index_dtype=st.sampled_from([np.int32, np.int64]))
+    @given(
+        name=st.sampled_from(sorted(OPS)), data=st.data(), index_dtype=st.sampled_from([np.int32, np.int64])
+    )
     def test_checked_raises_exactly_when_an_index_is_out_of_bounds(self, name, data, index_dtype):
         cases, ref, op, attr_name = OPS[name]
         data_shape, indices_shape, attr, seed, _ = data.draw(cases())
         values = make_data(data_shape, np.float32, seed)
-        indices = make_wild_indices(indices_shape, _sizes(name, data_shape, indices_shape, attr), index_dtype, seed)
+        indices = make_wild_indices(
+            indices_shape, _sizes(name, data_shape, indices_shape, attr), index_dtype, seed
+        )
         note(_snippet(name, values, indices, attr_name, attr))
         sizes = np.broadcast_to(np.asarray(_sizes(name, data_shape, indices_shape, attr)), indices.shape)
         wide = indices.astype(np.int64)

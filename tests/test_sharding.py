@@ -37,7 +37,11 @@ def report() -> dict:
     )
     child = subprocess.run(
         [sys.executable, "-m", "tests.sharding_cases"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     lines = child.stdout.strip().splitlines()
     if child.returncode != 0 or not lines:
@@ -135,8 +139,11 @@ def test_explicit_axes_trace_and_type_the_output(report, c, mode):
     r = _record(report, f"explicit/{c.name}:{mode}")
     assert r["equal"] and r["grad_equal"]
     # The output's sharding is part of its type: the batch/data dims keep their mesh axes.
-    expected = {"gather": "('x', None, 'y')", "gather_elements": "('x', None, 'y')",
-                "gather_nd": "('x', None, None, 'y')"}[c.name]
+    expected = {
+        "gather": "('x', None, 'y')",
+        "gather_elements": "('x', None, 'y')",
+        "gather_nd": "('x', None, None, 'y')",
+    }[c.name]
     assert r["output_spec"] == expected
     assert r["forward"] == []
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import jax_gather
-from tests.compat import enable_x64
 from jax_gather.spec_examples import SPEC_EXAMPLES
+from tests.compat import enable_x64
 from tests.onnx_models import onnx_node_cases
 
 OPS = {
@@ -64,7 +64,9 @@ def test_onnx_node_case(case, jit):
     }[node.op_type]
     attribute = int(attrs.get(name, 0))
     for inputs, outputs in case.data_sets:
-        data, indices = (onnx.numpy_helper.to_array(t) if not isinstance(t, np.ndarray) else t for t in inputs)
+        data, indices = (
+            onnx.numpy_helper.to_array(t) if not isinstance(t, np.ndarray) else t for t in inputs
+        )
         (expected,) = (onnx.numpy_helper.to_array(t) if not isinstance(t, np.ndarray) else t for t in outputs)
         fn = jax.jit(lambda d, i: op(d, i, attribute)) if jit else (lambda d, i: op(d, i, attribute))
         with enable_x64(True):  # ONNX's int64 / float64 outputs keep their dtype

@@ -10,8 +10,7 @@ import re
 import jax
 import numpy as np
 import pytest
-from hypothesis import given, note
-from hypothesis import strategies as st
+from hypothesis import given, note, strategies as st
 
 import jax_gather
 from tests import reference
@@ -39,7 +38,7 @@ def _sizes(name, data_shape, indices_shape, attr):
 
 
 def _check(name, case, kind, mode):
-    cases, ref, op = OPS[name]
+    _, ref, op = OPS[name]
     data_shape, indices_shape, attr, seed, index_dtype = case
     data = make_strings(data_shape, kind, seed)
     sizes = _sizes(name, data_shape, indices_shape, attr)
@@ -66,12 +65,18 @@ def test_gather_strings(case, kind, mode):
     _check("gather", case, kind, mode)
 
 
-@given(case=gather_elements_cases(), kind=st.sampled_from(KINDS), mode=st.sampled_from(["in_bounds", "fill", "clip"]))
+@given(
+    case=gather_elements_cases(),
+    kind=st.sampled_from(KINDS),
+    mode=st.sampled_from(["in_bounds", "fill", "clip"]),
+)
 def test_gather_elements_strings(case, kind, mode):
     _check("gather_elements", case, kind, mode)
 
 
-@given(case=gather_nd_cases(), kind=st.sampled_from(KINDS), mode=st.sampled_from(["in_bounds", "fill", "clip"]))
+@given(
+    case=gather_nd_cases(), kind=st.sampled_from(KINDS), mode=st.sampled_from(["in_bounds", "fill", "clip"])
+)
 def test_gather_nd_strings(case, kind, mode):
     _check("gather_nd", case, kind, mode)
 
@@ -99,7 +104,9 @@ SAME_ERRORS = [
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("op, shape, indices, attr", [c[1:] for c in SAME_ERRORS], ids=[c[0] for c in SAME_ERRORS])
+@pytest.mark.parametrize(
+    "op, shape, indices, attr", [c[1:] for c in SAME_ERRORS], ids=[c[0] for c in SAME_ERRORS]
+)
 def test_errors_are_the_numeric_errors(op, shape, indices, attr, kind):
     with pytest.raises(Exception) as numeric:
         op(np.zeros(shape, np.float32), indices, attr)
@@ -120,18 +127,40 @@ def test_fill_defaults_to_the_empty_string_of_the_data_kind():
 
 
 BAD_FILLS = [
-    ("str data, int fill", np.array(["ab"]), 0, TypeError,
-     "Gather: fill_value must be a str for data of dtype <U2, got int 0"),
-    ("bytes data, str fill", np.array([b"ab"]), "x", TypeError,
-     "Gather: fill_value must be a bytes for data of dtype |S2, got str 'x'"),
-    ("object data, float fill", np.array(["ab"], object), 1.5, TypeError,
-     "Gather: fill_value must be a str or bytes for data of dtype object, got float 1.5"),
-    ("too long", np.array(["ab"]), "abc", ValueError,
-     "Gather: fill_value 'abc' cannot be represented in the data dtype <U2 (too long)"),
+    (
+        "str data, int fill",
+        np.array(["ab"]),
+        0,
+        TypeError,
+        "Gather: fill_value must be a str for data of dtype <U2, got int 0",
+    ),
+    (
+        "bytes data, str fill",
+        np.array([b"ab"]),
+        "x",
+        TypeError,
+        "Gather: fill_value must be a bytes for data of dtype |S2, got str 'x'",
+    ),
+    (
+        "object data, float fill",
+        np.array(["ab"], object),
+        1.5,
+        TypeError,
+        "Gather: fill_value must be a str or bytes for data of dtype object, got float 1.5",
+    ),
+    (
+        "too long",
+        np.array(["ab"]),
+        "abc",
+        ValueError,
+        "Gather: fill_value 'abc' cannot be represented in the data dtype <U2 (too long)",
+    ),
 ]
 
 
-@pytest.mark.parametrize("data, fill, exc, message", [c[1:] for c in BAD_FILLS], ids=[c[0] for c in BAD_FILLS])
+@pytest.mark.parametrize(
+    "data, fill, exc, message", [c[1:] for c in BAD_FILLS], ids=[c[0] for c in BAD_FILLS]
+)
 def test_bad_fill_values(data, fill, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         jax_gather.gather(data, [1], mode="fill", fill_value=fill)
@@ -149,14 +178,16 @@ TRACED = "indices must be concrete when data holds strings (JAX has no string dt
 )
 def test_traced_indices_with_string_data_raise_type_error(transform):
     data = np.array([["a", "b"], ["c", "d"]])
-    for op, indices in ((jax_gather.gather, np.array([[0]])), (jax_gather.gather_elements, np.array([[0, 1]])),
-                        (jax_gather.gather_nd, np.array([[1, 0]]))):
+    for op, indices in (
+        (jax_gather.gather, np.array([[0]])),
+        (jax_gather.gather_elements, np.array([[0, 1]])),
+        (jax_gather.gather_nd, np.array([[1, 0]])),
+    ):
         with pytest.raises(TypeError, match=re.escape(TRACED)):
             transform(lambda i: op(data, i))(indices)
     fill = "fill_value must be concrete when data holds strings"
     with pytest.raises(TypeError, match=re.escape(fill)):
         transform(lambda f: jax_gather.gather(data, [[0]], mode="fill", fill_value=f))(np.zeros(1))
-
 
 
 def test_a_string_array_as_a_jit_argument_is_refused_by_jax_with_a_type_error():

@@ -9,9 +9,9 @@ import pytest
 from jax.test_util import check_grads
 
 import jax_gather
-from tests.compat import enable_x64
 from jax_gather import ops
 from tests import reference
+from tests.compat import enable_x64
 
 RNG = np.random.default_rng(0)
 
@@ -20,22 +20,58 @@ CASES = [
     ("gather_axis0", jax_gather.gather, reference.gather, (5, 3), np.array([[0, -1], [4, 2]]), 0),
     ("gather_axis1", jax_gather.gather, reference.gather, (4, 5, 2), np.array([1, -2, 1]), 1),
     ("gather_scalar_index", jax_gather.gather, reference.gather, (4, 5), np.array(-3), -1),
-    ("elements_axis0", jax_gather.gather_elements, reference.gather_elements, (3, 4),
-     np.array([[2, -1, 0, 1], [0, 0, -3, 2], [1, 1, 1, 1], [2, 0, 1, -2]]), 0),
-    ("elements_smaller", jax_gather.gather_elements, reference.gather_elements, (3, 4, 2),
-     np.array([[[3, 0], [-4, 1]], [[1, 1], [2, -1]]]), 1),
-    ("nd_scalars", jax_gather.gather_nd, reference.gather_nd, (3, 4),
-     np.array([[0, 1], [2, -1], [-3, 3]]), 0),
+    (
+        "elements_axis0",
+        jax_gather.gather_elements,
+        reference.gather_elements,
+        (3, 4),
+        np.array([[2, -1, 0, 1], [0, 0, -3, 2], [1, 1, 1, 1], [2, 0, 1, -2]]),
+        0,
+    ),
+    (
+        "elements_smaller",
+        jax_gather.gather_elements,
+        reference.gather_elements,
+        (3, 4, 2),
+        np.array([[[3, 0], [-4, 1]], [[1, 1], [2, -1]]]),
+        1,
+    ),
+    (
+        "nd_scalars",
+        jax_gather.gather_nd,
+        reference.gather_nd,
+        (3, 4),
+        np.array([[0, 1], [2, -1], [-3, 3]]),
+        0,
+    ),
     ("nd_rows", jax_gather.gather_nd, reference.gather_nd, (3, 4, 2), np.array([[2], [0], [-1]]), 0),
-    ("nd_batch", jax_gather.gather_nd, reference.gather_nd, (2, 3, 4),
-     np.array([[[1, 3], [0, 0]], [[-1, 2], [2, -4]]]), 1),
+    (
+        "nd_batch",
+        jax_gather.gather_nd,
+        reference.gather_nd,
+        (2, 3, 4),
+        np.array([[[1, 3], [0, 0]], [[-1, 2], [2, -4]]]),
+        1,
+    ),
     # Rows of 16-64 elements: gathered in narrower units on CPU (jax_gather/_lowering.py).
     ("gather_rows_as_bytes", jax_gather.gather, reference.gather, (6, 16), np.array([[0, -1], [5, 2]]), 0),
     ("gather_axis1_rows_as_bytes", jax_gather.gather, reference.gather, (3, 5, 32), np.array([1, -2, 4]), 1),
-    ("nd_rows_as_bytes", jax_gather.gather_nd, reference.gather_nd, (3, 4, 64),
-     np.array([[2, 1], [0, -1], [-1, 3]]), 0),
-    ("nd_batch_rows_as_bytes", jax_gather.gather_nd, reference.gather_nd, (2, 3, 20),
-     np.array([[[1], [0]], [[-1], [2]]]), 1),
+    (
+        "nd_rows_as_bytes",
+        jax_gather.gather_nd,
+        reference.gather_nd,
+        (3, 4, 64),
+        np.array([[2, 1], [0, -1], [-1, 3]]),
+        0,
+    ),
+    (
+        "nd_batch_rows_as_bytes",
+        jax_gather.gather_nd,
+        reference.gather_nd,
+        (2, 3, 20),
+        np.array([[[1], [0]], [[-1], [2]]]),
+        1,
+    ),
 ]
 IDS = [c[0] for c in CASES]
 CASES = [c[1:] for c in CASES]
@@ -97,9 +133,11 @@ def test_grad_is_scatter_add_of_cotangent(op, ref, shape, indices, attr, mode):
 def test_jitted_program_is_one_gather_and_no_loop(op, ref, shape, indices, attr):
     fn = jax.jit(lambda d, i: op(d, i, attr))
     text = fn.lower(_data(shape), indices).as_text()
-    assert len(re.findall(r'"stablehlo.gather"|stablehlo.gather\(', text)) + text.count(
-        "stablehlo.dynamic_gather"
-    ) == 1, text
+    assert (
+        len(re.findall(r'"stablehlo.gather"|stablehlo.gather\(', text))
+        + text.count("stablehlo.dynamic_gather")
+        == 1
+    ), text
     assert "stablehlo.while" not in text and "custom_call" not in text
 
 
@@ -154,13 +192,14 @@ def test_checks_compile_to_nothing_outside_checkify(op, ref, shape, indices, att
     # every call down jax.jit's slow token-passing path): the programs do the same work.
     jaxpr = jax.make_jaxpr(lambda d, i: op(d, i, attr))(_data(shape), indices)
     assert not jaxpr.effects
+
     def compiled(mode):
         fn = jax.jit(lambda d, i: op(d, i, attr, mode=mode))
         return fn.lower(_data(shape), indices).compile()
 
     def opcodes(c):
-        lines = [l.split("=", 1)[1].strip() for l in c.as_text().splitlines() if " = " in l and "%" in l]
-        return sorted(l.split("(", 1)[0].split()[-1] for l in lines)
+        lines = [t.split("=", 1)[1].strip() for t in c.as_text().splitlines() if " = " in t and "%" in t]
+        return sorted(t.split("(", 1)[0].split()[-1] for t in lines)
 
     checked, fill = compiled("checked"), compiled("fill")
     assert opcodes(checked) == opcodes(fill)
@@ -224,4 +263,6 @@ def test_gather_off_the_leading_axis_differentiates_into_a_row_scatter(n):
     scatters = re.findall(r"scatter_dims_to_operand_dims = \[(\d+)\]", text)
     assert scatters == ["0"], scatters
     direct = jax.jit(jax.grad(lambda d, i: jax_gather.gather(d, i, 0).sum()))
-    assert re.findall(r"scatter_dims_to_operand_dims = \[(\d+)\]", direct.lower(_data((4, 6)), np.array([1])).as_text()) == ["0"]
+    assert re.findall(
+        r"scatter_dims_to_operand_dims = \[(\d+)\]", direct.lower(_data((4, 6)), np.array([1])).as_text()
+    ) == ["0"]
