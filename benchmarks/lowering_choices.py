@@ -1,22 +1,29 @@
-"""Each lowering choice of jax_gather, timed against the alternative it was chosen over.
+"""Each lowering choice of jax_gather timed against the program it was chosen over.
 
     python benchmarks/lowering_choices.py [--rounds N] [--scale D] [--json FILE] [--only TEXT]
-                                          [--no-tune-allocator]
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python benchmarks/lowering_choices.py --collectives
 
-For every (choice, shape) it prints the paired ratio alternative / chosen, the median over
-rounds of per-round ratios (the machine is shared: absolute times drift, paired ratios do not).
-Above 1 the choice is faster. ``--scale D`` divides every dimension by D (the tests use it to
-check that each pair of variants computes the same thing). Like ``python -m jax_gather bench``
-it applies ``tune_cpu_allocator`` first, so that both programs are timed without fresh-page
-faults. docs/performance.md quotes a run.
+CPU lowerings (``jax_gather._cpu.LOWERINGS``): on the benchmark's shapes (``jax_gather.bench``),
+the library's program ("with") against the program the library compiles without that lowering
+(``_cpu.without``), and against itself compiled a second time (A/A: the same machine code at
+other addresses, this run's own noise). Generic choices, made on every platform: the library's
+form against a hand-written alternative, with the same A/A control.
+
+All three programs of a row are timed in interleaved paired rounds (``bench._paired_rounds``),
+after checking that they compute the same thing. Printed per row: the median over rounds of
+without / with, and of A/A, each with its distribution-free interval (``bench.median_interval``),
+and a verdict: "pays" when the ratio's interval lies above the A/A interval, "costs" when below,
+"level" otherwise. A lowering earns its place by paying on at least one benchmark shape.
+``--scale D`` divides every dimension by D (the tests use it). docs/design.md quotes a run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -27,59 +34,57 @@ import numpy as np
 from jax import lax
 
 import jax_gather
-from jax_gather import _bounds, _lowering, bench, plans
+from jax_gather import _bounds, _cpu, _lowering, bench, plans
 from jax_gather._x64 import x64_enabled
 
-_PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 Fn = Callable[[jax.Array, jax.Array], jax.Array]
+CASES = {case.name: case for case in bench.CASES}
 
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """A lowering decision on one shape: the chosen program and the rejected one."""
+    """One lowering choice on one benchmark shape.
+
+    ``without`` names the CPU lowerings switched off for the alternative; a generic choice has
+    none and gives the hand-written ``alternative`` instead.
+    """
 
     name: str
-    shape: str
-    make: Callable[[int], tuple[np.ndarray, np.ndarray]]  # scale divisor -> (data, indices)
-    chosen: Fn
-    alternative: Fn
-    x64: bool = False  # build and run both under jax_enable_x64
+    case: str  # a name in bench.CASES
+    what: str  # "default mode", "promise_in_bounds", or "backward" (gradient, default mode)
+    without: tuple[str, ...] = ()
+    chosen: Fn | None = None  # default: the library's op in the mode ``what`` says
+    alternative: Fn | None = None
+    x64: bool = False
 
 
-def _rng() -> np.random.Generator:
-    return np.random.default_rng(0)
+def _op(case: bench.Case, mode: str = "checked") -> Fn:
+    op = getattr(jax_gather, case.op)
+    fn = lambda d, i: op(d, i, case.attribute, mode=mode)
+    return jax.vmap(fn) if case.vmapped else fn
 
 
-def _data(*shape: int) -> np.ndarray:
-    return _rng().standard_normal(shape, dtype=np.float32)
+def _program(choice: Choice, case: bench.Case) -> Fn:
+    if choice.chosen is not None:
+        return choice.chosen
+    if choice.what == "backward":
+        forward = _op(case)
+        return jax.grad(lambda d, i: forward(d, i).astype(jnp.float32).sum())
+    return _op(case, "promise_in_bounds" if choice.what == "promise_in_bounds" else "checked")
 
 
-def _ints(high: int, *shape: int) -> np.ndarray:
-    return _rng().integers(0, high, shape).astype(np.int32)
+# ---- generic choices: hand-written alternatives ------------------------------------------------------
+
+_PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
 
-def _s(n: int, scale: int) -> int:
-    return max(2, n // scale)
-
-
-# ---- GatherElements / GatherND batch dims: operand_batching_dims or iota index components -------
-
-
-def _elements_batching(axis: int) -> Fn:
-    def f(d, i):
-        plan = plans.gather_elements_plan(d.shape, i.shape, axis)
-        return lax.gather(d, i[..., None], plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
-
-    return f
-
-
-def _elements_iota(axis: int) -> Fn:
-    """The lowering before operand_batching_dims existed (JAX's take_along_axis used it): every
-    non-axis coordinate becomes an index component read from an iota."""
+def _elements_by_iota(axis: int) -> Fn:
+    """GatherElements with every non-axis coordinate as an index component read from an iota,
+    instead of batching dims (how jnp.take_along_axis lowered before XLA had them)."""
 
     def f(d, i):
         r = d.ndim
-        parts = [i if k == axis else lax.broadcasted_iota(i.dtype, i.shape, k) for k in range(r)]
+        parts = [i if k == axis % r else lax.broadcasted_iota(i.dtype, i.shape, k) for k in range(r)]
         dn = lax.GatherDimensionNumbers(
             offset_dims=(), collapsed_slice_dims=tuple(range(r)), start_index_map=tuple(range(r))
         )
@@ -88,482 +93,202 @@ def _elements_iota(axis: int) -> Fn:
     return f
 
 
-def _nd_batching(d, i):
-    plan = plans.gather_nd_plan(d.shape, i.shape, 1)
-    return lax.gather(d, i, plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
+def _elements_batching(axis: int) -> Fn:
+    def f(d, i):
+        plan = plans.gather_elements_plan(d.shape, i.shape, axis)
+        return _lowering.direct(d, i[..., None], plan)
+
+    return f
 
 
-def _nd_iota(d, i):
-    """batch_dims=1 as one more index component (the batch position) instead of a batching dim."""
+def _nd_by_iota(d, i):
+    """GatherND batch_dims=1 with the batch position as one more index component."""
     q, k = i.ndim, i.shape[-1]
-    batch = lax.broadcasted_iota(i.dtype, i.shape[:-1] + (1,), 0)
-    full = jnp.concatenate([batch, i], axis=-1)
+    batch = lax.broadcasted_iota(i.dtype, (*i.shape[:-1], 1), 0)
     indexed = tuple(range(k + 1))
     dn = lax.GatherDimensionNumbers(
         offset_dims=tuple(range(q - 1, q - 1 + d.ndim - k - 1)),
         collapsed_slice_dims=indexed,
         start_index_map=indexed,
     )
-    return lax.gather(d, full, dn, (1,) * (k + 1) + d.shape[k + 1 :], mode=_PROMISE)
+    return lax.gather(
+        d, jnp.concatenate([batch, i], -1), dn, (1,) * (k + 1) + d.shape[k + 1 :], mode=_PROMISE
+    )
 
 
-# ---- bounds: clamp ourselves then promise, or the gather's own modes -----------------------------
+def _nd_batching(d, i):
+    return _lowering.direct(d, i, plans.gather_nd_plan(d.shape, i.shape, 1))
 
 
-def _ours(op: Callable[..., jax.Array], attribute: int, mode: str) -> Fn:
-    return lambda d, i: op(d, i, attribute, mode=mode, **({"fill_value": 0.0} if mode == "fill" else {}))
-
-
-def _lax_gather_mode(mode: lax.GatherScatterMode) -> Fn:
-    def f(d, i):
-        plan = plans.gather_plan(d.shape, i.shape, 0)
-        return lax.gather(
-            d,
-            i[..., None],
-            plan.dimension_numbers,
-            plan.slice_sizes,
-            mode=mode,
-            fill_value=0.0 if mode == lax.GatherScatterMode.FILL_OR_DROP else None,
-        )
-
-    return f
-
-
-# ---- bounds arithmetic: unsigned min(i, i + s, s - 1), or a signed normalise-and-clamp -------------
-
-
-def _signed_fill(plan_fn: Callable[..., plans.GatherPlan], attribute: int) -> Fn:
-    """The "fill" mode with a compare and select to normalise negatives, a signed clamp, and a
-    mask from two signed compares (what jax_gather did before the unsigned arithmetic)."""
+def _fill_select(plan_fn: Callable[..., plans.GatherPlan], attribute: int, signed: bool) -> Fn:
+    """ "fill" as a select after the direct gather, the bounds in the library's unsigned
+    arithmetic, or (``signed``) a compare and select to normalise and a signed clamp."""
 
     def f(d, i):
         plan = plan_fn(d.shape, i.shape, attribute)
-        sizes = np.asarray(plan.index_sizes, np.int32)
-        sizes = sizes[0] if plan.append_index_vector_dim else sizes
-        ok = (i >= -sizes) & (i < sizes)
-        idx = jnp.clip(jnp.where(i < 0, i + sizes, i), 0, sizes - 1)
-        if plan.append_index_vector_dim:
-            idx = idx[..., None]
+        if signed:
+            sizes = np.asarray(plan.index_sizes, np.int32)
+            sizes = sizes if plan.tuple_indices else sizes[0]
+            ok = (i >= -sizes) & (i < sizes)
+            idx = jnp.clip(jnp.where(i < 0, i + sizes, i), 0, sizes - 1)
         else:
-            ok = jnp.all(ok, axis=-1)
-        out = _lowering.gather(d, idx, plan)  # the library's own gather, so only the arithmetic differs
-        return jnp.where(ok, out, jnp.zeros((), d.dtype))
+            ok, idx = _bounds.in_bounds_mask(plan, i), _bounds.working_indices(plan, i, clip=False)
+        ok = jnp.all(ok, axis=-1) if plan.tuple_indices else ok
+        idx = idx if plan.tuple_indices else idx[..., None]
+        return jnp.where(ok, _lowering.direct(d, idx, plan), jnp.zeros((), d.dtype))
 
     return f
 
 
-def _fill_by(
-    lowering: Callable[..., jax.Array], plan_fn: Callable[..., plans.GatherPlan], attribute: int
-) -> Fn:
-    """The "fill" mode through one of jax_gather's two fill lowerings, whichever the library
-    would pick: ``_lowering._select_fill`` or ``_lowering._read_fill_from_padding``."""
+def _promised(plan_fn: Callable[..., plans.GatherPlan], attribute: int, dtype: Any) -> Fn:
+    """The direct gather on the raw indices in ``dtype``."""
 
     def f(d, i):
         plan = plan_fn(d.shape, i.shape, attribute)
-        ok = _bounds.in_bounds_mask(plan, i)
-        ok = ok if plan.append_index_vector_dim else jnp.all(ok, axis=-1)
-        return lowering(d, i, ok, jnp.zeros((), d.dtype), plan)
+        idx = i.astype(dtype)
+        return _lowering.direct(d, idx if plan.tuple_indices else idx[..., None], plan)
 
     return f
-
-
-# ---- element gathers on CPU: one linear index (GatherND forward, every backward), or not ---------
-
-
-def _gathered_by(
-    lowering: Callable[..., jax.Array],
-    plan_fn: Callable[..., plans.GatherPlan],
-    attribute: int,
-    clip: bool = True,
-) -> Fn:
-    """``lowering`` as the gather after the library's index arithmetic ("clip"; without ``clip``,
-    negatives normalised only), differentiated as JAX differentiates it: the alternatives to the
-    linear index, forward and backward."""
-
-    def f(d, i):
-        plan = plan_fn(d.shape, i.shape, attribute)
-        return lowering(d, _bounds.index_vectors(plan, i, clip=clip), plan)
-
-    return f
-
-
-def _tuples(batch_dims: int) -> Fn:
-    """The gather of index tuples, with the library's own index arithmetic before it."""
-    return _gathered_by(_lowering._direct, plans.gather_nd_plan, batch_dims, clip=False)
-
-
-def _tuple_select(batch_dims: int) -> Fn:
-    """ "fill" as the select after the gather of index tuples (the library's bfloat16 fill
-    before the linear index)."""
-
-    def f(d, i):
-        plan = plans.gather_nd_plan(d.shape, i.shape, batch_dims)
-        ok = jnp.all(_bounds.in_bounds_mask(plan, i), axis=-1)
-        return _bounds.select_exact(ok, _tuples(batch_dims)(d, i), jnp.zeros((), d.dtype))
-
-    return f
-
-
-# ---- the working index dtype -----------------------------------------------------------------------
-
-
-def _plain(plan_fn: Callable[..., plans.GatherPlan], attribute: int, dtype: Any) -> Fn:
-    def f(d, i):
-        plan = plan_fn(d.shape, i.shape, attribute)
-        idx = i.astype(dtype)[..., None] if plan.append_index_vector_dim else i.astype(dtype)
-        return lax.gather(d, idx, plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
-
-    return f
-
-
-# ---- GatherND rows: an index tuple, or one linearised index into the flattened indexed dims ------
-
-
-def _nd_rows_linear(d, i):
-    k = i.shape[-1]
-    flat = d.reshape((-1,) + d.shape[k:])
-    strides = np.cumprod((1,) + d.shape[1:k][::-1])[::-1].astype(np.int32)
-    return jnp.take(flat, i @ strides, axis=0, mode="clip")
-
-
-# ---- short rows: gathered in narrower units on CPU, or by the direct gather ----------------------
-
-
-def _as(
-    dtype: Any, make: Callable[[int], tuple[np.ndarray, np.ndarray]]
-) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
-    def f(sc):
-        d, i = make(sc)
-        return (d * 40).astype(dtype), i
-
-    return f
-
-
-# ---- the backward pass of Gather off the leading axis --------------------------------------------
-
-
-def _grad(f: Fn) -> Fn:
-    return jax.grad(lambda d, i: f(d, i).sum())
-
-
-def _gather_axis1_plain(d, i):
-    plan = plans.gather_plan(d.shape, i.shape, 1)
-    return lax.gather(d, i[..., None], plan.dimension_numbers, plan.slice_sizes, mode=_PROMISE)
 
 
 def choices() -> list[Choice]:
-    ge = lambda sc: (_data(_s(2048, sc), _s(2048, sc)), _ints(_s(2048, sc), _s(2048, sc), _s(2048, sc)))
-    nd_bd1_rows = lambda sc: (
-        _data(_s(64, sc), _s(1024, sc), _s(64, sc)),
-        _ints(_s(1024, sc), _s(64, sc), _s(2048, sc), 1),
-    )
-    nd_bd1_scalars = lambda sc: (
-        _data(_s(64, sc), _s(256, sc), _s(256, sc)),
-        _ints(_s(256, sc), _s(64, sc), _s(16384, sc), 2),
-    )
-    embedding = lambda sc: (_data(_s(50000, sc), _s(512, sc)), _ints(_s(50000, sc), _s(8192, sc)))
-    nd_rows = lambda sc: (_data(_s(256, sc), _s(256, sc), _s(64, sc)), _ints(_s(256, sc), _s(100000, sc), 2))
-    nd_scalars = lambda sc: (_data(_s(1024, sc), _s(1024, sc)), _ints(_s(1024, sc), _s(1000000, sc), 2))
-    axis1 = lambda sc: (_data(_s(512, sc), _s(4096, sc)), _ints(_s(4096, sc), _s(2048, sc)))
-    nd_scalars3 = lambda sc: (
-        _data(_s(100, sc), _s(100, sc), _s(100, sc)),
-        _ints(_s(100, sc), _s(1000000, sc), 3),
-    )
-    narrow_embedding = lambda sc: (_data(_s(50000, sc), _s(32, sc)), _ints(_s(50000, sc), _s(65536, sc)))
-    # 64 ids of 512-element rows at every scale: a short lookup (lowering.SHORT_LOOKUP_INDICES).
-    short_lookup = lambda sc: (_data(_s(50000, sc), 512), _ints(_s(50000, sc), 64))
-    g, ge_op, nd = jax_gather.gather, jax_gather.gather_elements, jax_gather.gather_nd
-    ge_plan, nd_plan = plans.gather_elements_plan, plans.gather_nd_plan
-    select = functools.partial(_fill_by, _lowering._select_fill)
-    unsigned = "fill: unsigned min(i, i+s, s-1) (vs a select to normalise and a signed clamp)"
-    padded = "fill on CPU: read from a pad of data (vs a select after the gather)"
-    padded_short = (
-        "fill on CPU, lookups of up to 128 ids: read from a pad of data (vs a select after the gather)"
-    )
-    select_long = "fill on CPU, longer row lookups: the select (vs reading it from a pad of data, rejected)"
-    short_rows = "rows of 16-64 elements in narrower units on CPU (vs the direct gather)"
-    linear = "GatherND elements on CPU: one linear index (vs the index tuple)"
-    backward = "element gathers' backward on CPU: one scatter by a linear index into all of data (vs the gather's own transpose)"
-    return [
+    cpu = [
+        Choice("short_rows_in_bytes", "gather_nd rows", "default mode", ("short_rows_in_bytes",)),
+        Choice("short_rows_in_bytes", "gather_nd rows int8", "default mode", ("short_rows_in_bytes",)),
+        Choice("short_rows_in_bytes", "gather_nd rows bfloat16", "default mode", ("short_rows_in_bytes",)),
         Choice(
-            "batch dims as operand_batching_dims (vs iota index components)",
-            "gather_elements axis 0, 2048x2048",
-            ge,
-            _elements_batching(0),
-            _elements_iota(0),
+            "short_rows_in_bytes", "gather_nd batch_dims=1 rows", "default mode", ("short_rows_in_bytes",)
+        ),
+        Choice("linear_derivative", "gather_elements axis -1", "backward", ("linear_derivative",)),
+        Choice("linear_derivative", "gather_elements axis 0", "backward", ("linear_derivative",)),
+        Choice("linear_derivative", "gather_nd scalars", "backward", ("linear_derivative",)),
+        Choice("linear_derivative", "gather_nd batch_dims=1 scalars", "backward", ("linear_derivative",)),
+        Choice("linear_derivative", "vmap gather_elements axis -1", "backward", ("linear_derivative",)),
+        Choice("moved_axis_derivative", "gather axis 1", "backward", ("moved_axis_derivative",)),
+        Choice("moved_axis_derivative", "gather axis 1 bfloat16", "backward", ("moved_axis_derivative",)),
+        Choice(
+            "nd_elements_fill_from_pad", "gather_nd scalars", "default mode", ("nd_elements_fill_from_pad",)
         ),
         Choice(
-            "batch dims as operand_batching_dims (vs iota index components)",
-            "gather_elements axis 1, 2048x2048",
-            ge,
-            _elements_batching(1),
-            _elements_iota(1),
+            "nd_elements_fill_from_pad",
+            "gather_nd scalars int8",
+            "default mode",
+            ("nd_elements_fill_from_pad",),
         ),
         Choice(
-            "batch dims as operand_batching_dims (vs iota index components)",
-            "gather_nd batch_dims=1 rows",
-            nd_bd1_rows,
-            _nd_batching,
-            _nd_iota,
-        ),
-        Choice(
-            "batch dims as operand_batching_dims (vs iota index components)",
+            "nd_elements_fill_from_pad",
             "gather_nd batch_dims=1 scalars",
-            nd_bd1_scalars,
-            _nd_batching,
-            _nd_iota,
+            "default mode",
+            ("nd_elements_fill_from_pad",),
         ),
         Choice(
-            "clip: clamp, then a promised gather (vs the gather's CLIP mode)",
-            "gather axis 0 (embedding)",
-            embedding,
-            _ours(g, 0, "clip"),
-            _lax_gather_mode(lax.GatherScatterMode.CLIP),
+            "short_lookup_fill_from_pad",
+            "gather axis 0, 64 ids",
+            "default mode",
+            ("short_lookup_fill_from_pad",),
+        ),
+    ]
+    ge, nd = plans.gather_elements_plan, plans.gather_nd_plan
+    generic = [
+        Choice(
+            "batch dims as operand_batching_dims (vs index components from an iota)",
+            "gather_elements axis 0",
+            "promise_in_bounds",
+            chosen=_elements_batching(0),
+            alternative=_elements_by_iota(0),
         ),
         Choice(
-            "fill: clamp, gather, select (vs the gather's FILL_OR_DROP mode)",
-            "gather axis 0 (embedding)",
-            embedding,
-            _ours(g, 0, "fill"),
-            _lax_gather_mode(lax.GatherScatterMode.FILL_OR_DROP),
-        ),
-        Choice(
-            unsigned, "gather_elements axis -1, 2048x2048", ge, select(ge_plan, -1), _signed_fill(ge_plan, -1)
-        ),
-        Choice(
-            unsigned, "gather_elements axis 0, 2048x2048", ge, select(ge_plan, 0), _signed_fill(ge_plan, 0)
-        ),
-        Choice(unsigned, "gather_nd scalars", nd_scalars, select(nd_plan, 0), _signed_fill(nd_plan, 0)),
-        Choice(
-            unsigned,
-            "gather_nd scalars int8",
-            _as(np.int8, nd_scalars),
-            select(nd_plan, 0),
-            _signed_fill(nd_plan, 0),
-        ),
-        Choice(
-            padded, "gather_elements axis -1, 2048x2048", ge, _ours(ge_op, -1, "fill"), select(ge_plan, -1)
-        ),
-        Choice(padded, "gather_elements axis 0, 2048x2048", ge, _ours(ge_op, 0, "fill"), select(ge_plan, 0)),
-        Choice(
-            padded,
-            "gather_elements axis 0 int8",
-            _as(np.int8, ge),
-            _ours(ge_op, 0, "fill"),
-            select(ge_plan, 0),
-        ),
-        Choice(padded, "gather_nd scalars", nd_scalars, _ours(nd, 0, "fill"), select(nd_plan, 0)),
-        Choice(
-            padded,
-            "gather_nd scalars int8",
-            _as(np.int8, nd_scalars),
-            _ours(nd, 0, "fill"),
-            select(nd_plan, 0),
-        ),
-        Choice(
-            padded, "gather_nd batch_dims=1 scalars", nd_bd1_scalars, _ours(nd, 1, "fill"), select(nd_plan, 1)
-        ),
-        Choice(
-            "fill on CPU: the select for bfloat16 (vs reading it from a pad of data, rejected)",
-            "gather_nd scalars bfloat16",
-            _as(jnp.bfloat16, nd_scalars),
-            _ours(nd, 0, "fill"),
-            _fill_by(_lowering._read_fill_from_padding, nd_plan, 0),
-        ),
-        Choice(
-            padded_short,
-            "gather axis 0, 64 ids of 50000x512",
-            short_lookup,
-            _ours(g, 0, "fill"),
-            select(plans.gather_plan, 0),
-        ),
-        Choice(
-            padded_short,
-            "gather axis 0, 64 ids of 50000x512 int8",
-            _as(np.int8, short_lookup),
-            _ours(g, 0, "fill"),
-            select(plans.gather_plan, 0),
-        ),
-        Choice(
-            select_long,
-            "gather axis 0 (embedding)",
-            embedding,
-            _ours(g, 0, "fill"),
-            _fill_by(_lowering._read_fill_from_padding, plans.gather_plan, 0),
-        ),
-        Choice(
-            select_long,
-            "gather axis 0 (embedding) int8",
-            _as(np.int8, embedding),
-            _ours(g, 0, "fill"),
-            _fill_by(_lowering._read_fill_from_padding, plans.gather_plan, 0),
-        ),
-        Choice(linear, "gather_nd scalars", nd_scalars, _ours(nd, 0, "promise_in_bounds"), _tuples(0)),
-        Choice(
-            linear,
-            "gather_nd scalars int8",
-            _as(np.int8, nd_scalars),
-            _ours(nd, 0, "promise_in_bounds"),
-            _tuples(0),
-        ),
-        Choice(
-            linear,
+            "batch dims as operand_batching_dims (vs index components from an iota)",
             "gather_nd batch_dims=1 scalars",
-            nd_bd1_scalars,
-            _ours(nd, 1, "promise_in_bounds"),
-            _tuples(1),
+            "promise_in_bounds",
+            chosen=_nd_batching,
+            alternative=_nd_by_iota,
         ),
         Choice(
-            linear,
-            "gather_nd scalars bfloat16",
-            _as(jnp.bfloat16, nd_scalars),
-            _ours(nd, 0, "promise_in_bounds"),
-            _tuples(0),
+            "bounds in unsigned arithmetic (vs a signed normalise and clamp)",
+            "gather_elements axis 0",
+            "default mode",
+            chosen=_fill_select(ge, 0, signed=False),
+            alternative=_fill_select(ge, 0, signed=True),
         ),
         Choice(
-            linear + ", the fill selected after it",
-            "gather_nd scalars bfloat16",
-            _as(jnp.bfloat16, nd_scalars),
-            _ours(nd, 0, "fill"),
-            _tuple_select(0),
-        ),
-        Choice(
-            linear + ", backward through it",
-            "grad of gather_nd scalars",
-            nd_scalars,
-            _grad(_ours(nd, 0, "clip")),
-            _grad(_tuples(0)),
-        ),
-        Choice(
-            linear + ", backward through it",
-            "grad of gather_nd batch_dims=1 scalars",
-            nd_bd1_scalars,
-            _grad(_ours(nd, 1, "clip")),
-            _grad(_tuples(1)),
-        ),
-        Choice(
-            linear,
-            "gather_nd scalars, 100x100x100",
-            nd_scalars3,
-            _ours(nd, 0, "promise_in_bounds"),
-            _tuples(0),
-        ),
-        Choice(
-            linear + ", backward through it",
-            "grad of gather_nd scalars, 100x100x100",
-            nd_scalars3,
-            _grad(_ours(nd, 0, "clip")),
-            _grad(_tuples(0)),
-        ),
-        Choice(
-            linear,
-            "gather_nd scalars float64",
-            _as(np.float64, nd_scalars),
-            _ours(nd, 0, "promise_in_bounds"),
-            _tuples(0),
-            x64=True,
-        ),
-        Choice(
-            backward,
-            "grad of gather_elements axis -1, 2048x2048",
-            ge,
-            _grad(_ours(ge_op, -1, "clip")),
-            _grad(_gathered_by(_lowering._direct, ge_plan, -1)),
-        ),
-        Choice(
-            backward,
-            "grad of gather_elements axis 0, 2048x2048",
-            ge,
-            _grad(_ours(ge_op, 0, "clip")),
-            _grad(_gathered_by(_lowering._direct, ge_plan, 0)),
-        ),
-        Choice(
-            backward,
-            "grad of gather_elements axis 0 bfloat16",
-            _as(jnp.bfloat16, ge),
-            _grad(_ours(ge_op, 0, "clip")),
-            _grad(_gathered_by(_lowering._direct, ge_plan, 0)),
-        ),
-        Choice(
-            backward + ", batch dims flattened too",
-            "grad of gather_nd batch_dims=1 scalars",
-            nd_bd1_scalars,
-            _grad(_ours(nd, 1, "clip")),
-            _grad(_gathered_by(_lowering._as_flat, nd_plan, 1)),
-        ),
-        Choice(
-            "int32 working indices where the axes allow (vs int64)",
-            "gather_elements axis 0, 2048x2048",
-            ge,
-            _plain(plans.gather_elements_plan, 0, jnp.int32),
-            _plain(plans.gather_elements_plan, 0, jnp.int64),
-            x64=True,
+            "bounds in unsigned arithmetic (vs a signed normalise and clamp)",
+            "gather_nd scalars",
+            "default mode",
+            chosen=_fill_select(nd, 0, signed=False),
+            alternative=_fill_select(nd, 0, signed=True),
         ),
         Choice(
             "int32 working indices where the axes allow (vs int64)",
             "gather_nd scalars",
-            nd_scalars,
-            _plain(plans.gather_nd_plan, 0, jnp.int32),
-            _plain(plans.gather_nd_plan, 0, jnp.int64),
+            "promise_in_bounds",
+            chosen=_promised(nd, 0, jnp.int32),
+            alternative=_promised(nd, 0, jnp.int64),
             x64=True,
         ),
-        Choice(
-            "GatherND rows: an index tuple (vs one linearised index, rejected)",
-            "gather_nd rows",
-            nd_rows,
-            _ours(nd, 0, "clip"),
-            _nd_rows_linear,
-        ),
-        Choice(
-            short_rows,
-            "gather_nd rows",
-            nd_rows,
-            _ours(nd, 0, "promise_in_bounds"),
-            _plain(plans.gather_nd_plan, 0, jnp.int32),
-        ),
-        Choice(
-            short_rows,
-            "gather_nd rows bfloat16",
-            _as(jnp.bfloat16, nd_rows),
-            _ours(nd, 0, "promise_in_bounds"),
-            _plain(plans.gather_nd_plan, 0, jnp.int32),
-        ),
-        Choice(
-            short_rows,
-            "gather_nd rows int8",
-            _as(np.int8, nd_rows),
-            _ours(nd, 0, "promise_in_bounds"),
-            _plain(plans.gather_nd_plan, 0, jnp.int32),
-        ),
-        Choice(
-            short_rows,
-            "gather_nd batch_dims=1 rows",
-            nd_bd1_rows,
-            _ours(nd, 1, "promise_in_bounds"),
-            _plain(plans.gather_nd_plan, 1, jnp.int32),
-        ),
-        Choice(
-            short_rows,
-            "gather axis 0, 50000x32 table, 65536 ids",
-            narrow_embedding,
-            _ours(g, 0, "promise_in_bounds"),
-            _plain(plans.gather_plan, 0, jnp.int32),
-        ),
-        Choice(
-            "bfloat16 rows of 16 elements or more in bytes on CPU (vs the direct gather)",
-            "gather axis 0 (embedding) bfloat16",
-            _as(jnp.bfloat16, embedding),
-            _ours(g, 0, "promise_in_bounds"),
-            _plain(plans.gather_plan, 0, jnp.int32),
-        ),
-        Choice(
-            "Gather axis 1 backward: rows of the moved axis (vs a strided scatter)",
-            "grad of gather axis 1",
-            axis1,
-            _grad(_ours(g, 1, "promise_in_bounds")),
-            _grad(_gather_axis1_plain),
-        ),
     ]
+    return cpu + generic
+
+
+# ---- timing ------------------------------------------------------------------------------------------
+
+
+def _compiled(fn: Fn, d: jax.Array, i: jax.Array) -> tuple[Callable[[], Any], str]:
+    """A call of ``fn`` compiled now, and its program's text."""
+    compiled = jax.jit(fn).lower(d, i).compile()
+    # Without source locations, which differ between call sites of the same program.
+    text = re.sub(r"metadata=\{[^}]*\}|\nFileNames\n.*?\n\n\n", "", compiled.as_text(), flags=re.S)
+    return (lambda: compiled(d, i).block_until_ready()), text
+
+
+def run_choice(choice: Choice, rounds: int, reps: int, scale: int = 1) -> dict[str, Any]:
+    """Times the three programs of ``choice``, after checking that they agree; returns its row."""
+    case = CASES[choice.case]
+    case = case.scaled(scale) if scale > 1 else case
+    data, indices = bench._make_inputs(case, np.random.default_rng(0))
+    with x64_enabled() if choice.x64 else contextlib.nullcontext():
+        d, i = jnp.asarray(data), jnp.asarray(indices)
+        program = _program(choice, case)
+        (with_, text), (again, _) = _compiled(program, d, i), _compiled(program, d, i)
+        if choice.without:
+            with _cpu.without(*choice.without):
+                without, other = _compiled(program, d, i)
+        else:
+            assert choice.alternative is not None
+            without, other = _compiled(choice.alternative, d, i)
+        if other == text:
+            raise ValueError(f"{choice.name} does not apply to {case.name}: both programs are the same")
+        calls = {"with": with_, "A/A": again, "without": without}
+        expected = np.asarray(calls["with"]()).astype(np.float64)
+        for name in ("A/A", "without"):
+            np.testing.assert_allclose(np.asarray(calls[name]()).astype(np.float64), expected, rtol=1e-5)
+        times = bench._paired_rounds(calls, rounds, reps)
+    ratio, interval = bench._paired(times["without"], times["with"])
+    aa, aa_interval = bench._paired(times["A/A"], times["with"])
+    return {
+        "choice": choice.name,
+        "case": choice.case,
+        "what": choice.what,
+        "without": list(choice.without),
+        "with_ms": float(np.median(times["with"])) * 1e3,
+        "without_ms": float(np.median(times["without"])) * 1e3,
+        "without_over_with": ratio,
+        "interval": interval,
+        "aa": aa,
+        "aa_interval": aa_interval,
+        "verdict": verdict(interval, aa_interval),
+        "rounds_s": {k: [float(t) for t in v] for k, v in times.items()},
+    }
+
+
+def verdict(interval: tuple[float, float, float], aa_interval: tuple[float, float, float]) -> str:
+    """ "pays" where the ratio's interval lies above the A/A interval and 1.0, "costs" where
+    below both, "level" otherwise: within what this run cannot tell apart."""
+    if interval[0] > max(aa_interval[1], 1.0):
+        return "pays"
+    if interval[1] < min(aa_interval[0], 1.0):
+        return "costs"
+    return "level"
 
 
 # ---- sharding locality of the batch-dims choice --------------------------------------------------
@@ -583,38 +308,21 @@ def collectives() -> list[dict[str, Any]]:
 
     mesh = Mesh(np.array(jax.devices()), ("x",))
     n = len(jax.devices())
+    rng = np.random.default_rng(0)
     put = lambda x, *spec: jax.device_put(jnp.asarray(x), NamedSharding(mesh, P(*spec)))
+    data = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    ints = lambda high, *shape: rng.integers(0, high, shape).astype(np.int32)
     grad = lambda f: jax.grad(lambda d, i: f(d, i).sum())
     cases = [
-        (
-            "gather_elements axis 1, rows sharded",
-            _elements_batching(1),
-            _elements_iota(1),
-            put(_data(8 * n, 128), "x", None),
-            put(_ints(128, 8 * n, 128), "x", None),
-        ),
-        (
-            "gather_elements axis 0, columns sharded",
-            _elements_batching(0),
-            _elements_iota(0),
-            put(_data(128, 8 * n), None, "x"),
-            put(_ints(128, 128, 8 * n), None, "x"),
-        ),
-        (
-            "gather_nd batch_dims=1 rows, batch sharded",
-            _nd_batching,
-            _nd_iota,
-            put(_data(n, 100, 16), "x"),
-            put(_ints(100, n, 5, 1), "x"),
-        ),
-        (
-            "gather_nd batch_dims=1 scalars, batch sharded",
-            _nd_batching,
-            _nd_iota,
-            put(_data(n, 32, 32), "x"),
-            put(_ints(32, n, 5, 2), "x"),
-        ),
-    ]
+        ("gather_elements axis 1, rows sharded", _elements_batching(1), _elements_by_iota(1),
+         put(data(8 * n, 128), "x", None), put(ints(128, 8 * n, 128), "x", None)),
+        ("gather_elements axis 0, columns sharded", _elements_batching(0), _elements_by_iota(0),
+         put(data(128, 8 * n), None, "x"), put(ints(128, 128, 8 * n), None, "x")),
+        ("gather_nd batch_dims=1 rows, batch sharded", _nd_batching, _nd_by_iota,
+         put(data(n, 100, 16), "x"), put(ints(100, n, 5, 1), "x")),
+        ("gather_nd batch_dims=1 scalars, batch sharded", _nd_batching, _nd_by_iota,
+         put(data(n, 32, 32), "x"), put(ints(32, n, 5, 2), "x")),
+    ]  # fmt: skip
     return [
         {
             "shape": name,
@@ -628,65 +336,36 @@ def collectives() -> list[dict[str, Any]]:
     ]
 
 
-def _with_x64(choice: Choice, fn: Callable[[], Any]) -> Any:
-    if not choice.x64:
-        return fn()
-    with x64_enabled():
-        return fn()
-
-
-def run_choice(choice: Choice, rounds: int, reps: int, scale: int = 1) -> dict[str, Any]:
-    """Times both programs of ``choice``; returns the row, outputs checked equal first."""
-    data, indices = choice.make(scale)
-
-    def body():
-        d, i = jnp.asarray(data), jnp.asarray(indices)
-        chosen, alternative = jax.jit(choice.chosen), jax.jit(choice.alternative)
-        np.testing.assert_allclose(np.asarray(chosen(d, i)), np.asarray(alternative(d, i)), rtol=1e-6)
-        times = bench._paired_rounds(
-            {
-                "chosen": lambda: chosen(d, i).block_until_ready(),
-                "alternative": lambda: alternative(d, i).block_until_ready(),
-            },
-            rounds,
-            reps,
-        )
-        return times
-
-    times = _with_x64(choice, body)
-    return {
-        "choice": choice.name,
-        "shape": choice.shape,
-        "chosen_ms": float(np.median(times["chosen"])) * 1e3,
-        "alternative_ms": float(np.median(times["alternative"])) * 1e3,
-        "alternative_over_chosen": bench._median_ratio(times["alternative"], times["chosen"]),
-    }
+def _format(row: dict[str, Any]) -> str:
+    span = lambda iv: f"{iv[0]:.2f}-{iv[1]:.2f}"
+    return (
+        f"{row['choice'][:40]:40s} {row['case'][:34]:34s} {row['what'][:17]:17s} "
+        f"{row['with_ms']:8.3f} {row['without_ms']:8.3f} {row['without_over_with']:6.2f} "
+        f"{span(row['interval']):>11s} {row['aa']:5.2f} {span(row['aa_interval']):>11s} {row['verdict']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=9)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--scale", type=int, default=1, help="divide every dimension by this")
     parser.add_argument("--json", metavar="FILE")
-    parser.add_argument("--only", metavar="TEXT", help="run only the choices whose name contains TEXT")
+    parser.add_argument("--only", metavar="TEXT", help="only the rows whose choice or case contains TEXT")
     parser.add_argument(
-        "--no-tune-allocator",
-        dest="tune_allocator",
-        action="store_false",
-        help="keep glibc's defaults (fresh-page faults then weigh on both programs)",
-    )
+        "--no-tune-allocator", dest="tune_allocator", action="store_false",
+        help="keep glibc's defaults (fresh-page faults then weigh on every program)",
+    )  # fmt: skip
     parser.add_argument(
-        "--collectives",
-        action="store_true",
-        help="instead of timing, list the collectives of the batch-dims choice under "
-        "SPMD (run with XLA_FLAGS=--xla_force_host_platform_device_count=8)",
-    )
+        "--collectives", action="store_true",
+        help="instead of timing, list the collectives of the batch-dims choice under SPMD "
+        "(run with XLA_FLAGS=--xla_force_host_platform_device_count=8)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.collectives:
         print(f"{'shape':48s} {'chosen':>12s} {'alternative':>12s} {'chosen bwd':>12s} {'alt bwd':>12s}")
+        show = lambda c: ", ".join(c) or "none"
         for row in collectives():
-            show = lambda c: ", ".join(c) or "none"
             print(
                 f"{row['shape']:48s} {show(row['chosen']):>12s} {show(row['alternative']):>12s} "
                 f"{show(row['chosen_backward']):>12s} {show(row['alternative_backward']):>12s}"
@@ -694,21 +373,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.tune_allocator:
         jax_gather.tune_cpu_allocator()
+    print(
+        f"{'choice':40s} {'case':34s} {'program':17s} {'with ms':>8s} {'w/o ms':>8s} {'w/o/w':>6s} "
+        f"{'interval':>11s} {'A/A':>5s} {'A/A int.':>11s} verdict"
+    )
     rows = []
-    print(f"{'choice':72s} {'shape':36s} {'chosen ms':>9s} {'alt ms':>8s} {'alt/chosen':>10s}")
     for choice in choices():
-        if args.only and args.only not in choice.name:
+        if args.only and args.only not in choice.name and args.only not in choice.case:
             continue
         row = run_choice(choice, args.rounds, args.reps, args.scale)
         rows.append(row)
-        print(
-            f"{row['choice']:72s} {row['shape']:36s} {row['chosen_ms']:9.2f} "
-            f"{row['alternative_ms']:8.2f} {row['alternative_over_chosen']:10.2f}",
-            flush=True,
-        )
+        print(_format(row), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": bench.describe_machine(), "rows": rows}, f, indent=1)
+            json.dump({"machine": bench.describe_machine(), "rounds": args.rounds, "rows": rows}, f, indent=1)
     return 0
 
 

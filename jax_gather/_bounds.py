@@ -17,6 +17,7 @@ from jax import export, lax
 
 from jax_gather._check_primitive import check_indices
 from jax_gather._checks import fail
+from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
 
 _INT32 = np.iinfo(np.int32)
@@ -36,7 +37,7 @@ def check_index_dtype(op_name: str, dtype: Any) -> None:
         )
 
 
-def _position(pos: tuple[int, ...]) -> str:
+def _position(pos: tuple[int | str, ...]) -> str:
     return "indices" if not pos else "indices[" + ", ".join(str(p) for p in pos) + "]"
 
 
@@ -50,35 +51,35 @@ def raise_if_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> None:
         return
     bad = np.zeros(indices.shape, dtype=bool)
     for c, size in enumerate(plan.index_sizes):
-        part = indices if plan.append_index_vector_dim else indices[..., c]
+        part = indices[..., c] if plan.tuple_indices else indices
         # Python-int bounds keep the comparison exact for every integer dtype (NEP 50).
         part_bad = (part < -size) | (part >= size)
-        if plan.append_index_vector_dim:
-            bad = part_bad
-        else:
+        if plan.tuple_indices:
             bad[..., c] = part_bad
+        else:
+            bad = part_bad
     if not bad.any():
         return
     pos = tuple(int(p) for p in np.unravel_index(int(np.argmax(bad)), bad.shape))
-    component = 0 if plan.append_index_vector_dim else pos[-1]
-    axis, size = plan.index_axes[component], plan.index_sizes[component]
+    component = pos[-1] if plan.tuple_indices else 0
+    axis, size = plan.dimension_numbers.start_index_map[component], plan.index_sizes[component]
     message = (
         f"{_position(pos)} = {indices[pos]} is out of bounds for axis {axis} of size {size} "
         f"({_range_text(size)})"
     )
-    if not plan.append_index_vector_dim:
-        tuple_pos = _position(pos[:-1] + (":",))
+    if plan.tuple_indices:
+        tuple_pos = _position((*pos[:-1], ":"))
         message += f"; it is component {component} of the index tuple {tuple_pos}"
     raise fail(IndexError, plan.op_name, message)
 
 
 def _all_in_bounds(plan: GatherPlan, indices: np.ndarray) -> bool:
     # Two reductions per component and no temporaries: the common case of an eager call.
-    if plan.append_index_vector_dim:
-        lows, highs = [indices.min()], [indices.max()]
-    else:
+    if plan.tuple_indices:
         leading = tuple(range(indices.ndim - 1))
         lows, highs = indices.min(axis=leading), indices.max(axis=leading)
+    else:
+        lows, highs = [indices.min()], [indices.max()]
     return all(
         -size <= int(low) and int(high) < size for low, high, size in zip(lows, highs, plan.index_sizes)
     )
@@ -87,20 +88,19 @@ def _all_in_bounds(plan: GatherPlan, indices: np.ndarray) -> bool:
 def _index_dtype(plan: GatherPlan) -> Any:
     """int32, or int64 where an indexed axis may be longer than int32 can address. A symbolic
     axis (jax.export) may be, when x64 is on; without x64 JAX's own shape arithmetic is int32."""
-    wide = any(
-        jax.config.jax_enable_x64 if export.is_symbolic_dim(s) else s > _INT32.max for s in plan.index_sizes
-    )
+    wide = any(x64_on() if export.is_symbolic_dim(s) else s > _INT32.max for s in plan.index_sizes)
     return jnp.int64 if wide else jnp.int32
 
 
 def _sizes(plan: GatherPlan, dtype: Any) -> Any:
     """The sizes of the indexed axes in ``dtype``: a scalar where the indices get an index-vector
     dim appended, else one per index component. Symbolic sizes become values of the program."""
+    sizes: Any
     if any(export.is_symbolic_dim(s) for s in plan.index_sizes):
         sizes = jnp.stack([jnp.asarray(s).astype(dtype) for s in plan.index_sizes])
     else:
         sizes = np.asarray(plan.index_sizes, dtype)
-    return sizes[0] if plan.append_index_vector_dim else sizes
+    return sizes if plan.tuple_indices else sizes[0]
 
 
 def _saturate(indices: jax.Array, target: Any) -> jax.Array:
@@ -153,7 +153,7 @@ def in_bounds(plan: GatherPlan, indices: Any) -> jax.Array:
         indices = jnp.asarray(narrow_host_indices(np.asarray(indices)))
     check_index_dtype(plan.op_name, indices.dtype)
     ok = in_bounds_mask(plan, indices)
-    return ok if plan.append_index_vector_dim else jnp.all(ok, axis=-1)
+    return jnp.all(ok, axis=-1) if plan.tuple_indices else ok
 
 
 def _first_false(ok: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
@@ -187,19 +187,21 @@ def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.
     pos, at = _first_false(ok)
     lowest = jnp.asarray(jnp.iinfo(indices.dtype).min, indices.dtype)
     value = jnp.max(jnp.where(at, indices, lowest))
-    component = 0 if plan.append_index_vector_dim else pos[-1]
+    component: Any = pos[-1] if plan.tuple_indices else 0
     sizes = jnp.asarray(_sizes(plan, _index_dtype(plan)))
-    if plan.append_index_vector_dim:
-        axis, size = plan.index_axes[0], sizes
+    axis: Any
+    if plan.tuple_indices:
+        axes = jnp.asarray(plan.dimension_numbers.start_index_map)
+        axis, size = _pick(axes, component), _pick(sizes, component)
     else:
-        axis, size = _pick(jnp.asarray(plan.index_axes), component), _pick(sizes, component)
+        axis, size = plan.dimension_numbers.start_index_map[0], sizes
     slots = lambda n: "indices" if not n else "indices[" + ", ".join(["{}"] * n) + "]"
     message = (
         f"{plan.op_name}: {slots(ok.ndim)} = {{}} is out of bounds for axis {{}} of size {{}} "
         "(valid range [{}, {}])"
     )
     args = (*pos, value, axis, size, -size, size - 1)
-    if not plan.append_index_vector_dim:
+    if plan.tuple_indices:
         message += "; it is component {} of the index tuple indices[" + "{}, " * (ok.ndim - 1) + ":]"
         args += (component, *pos[:-1])
     return check_indices(indices, jnp.all(ok), message, *args)
@@ -231,12 +233,12 @@ def working_indices(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: 
 def index_vectors(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False) -> jax.Array:
     """``working_indices`` with the index-vector dim the gather expects."""
     idx = working_indices(plan, indices, clip, past_end)
-    return idx[..., None] if plan.append_index_vector_dim else idx
+    return idx if plan.tuple_indices else idx[..., None]
 
 
 def narrow_host_indices(indices: np.ndarray) -> np.ndarray:
     """With x64 off JAX would wrap 64-bit indices to int32; saturate them instead."""
-    if jax.config.jax_enable_x64 or indices.dtype.itemsize < 8:
+    if x64_on() or indices.dtype.itemsize < 8:
         return indices
     if indices.dtype.kind == "u":
         return np.minimum(indices, _INT32.max).astype(np.int32)

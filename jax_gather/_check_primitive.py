@@ -27,7 +27,7 @@ try:
     from jax._src import checkify as _checkify_internals
     from jax.extend.core import Primitive
 
-    _ERROR_RULES = _checkify_internals.error_checks
+    _ERROR_RULES: dict[Any, Any] | None = _checkify_internals.error_checks
     _assert_func = _checkify_internals.assert_func
     _FailedCheckError = _checkify_internals.FailedCheckError
     _get_traceback = _checkify_internals.get_traceback
@@ -83,7 +83,7 @@ if _ERROR_RULES is not None:
         if _FailedCheckError in enabled_errors:
             # Older checkify (jax 0.4.35) needs arrays in the payload, not Python scalars.
             failure = _FailedCheckError(_get_traceback(), message, *map(jnp.asarray, fmt))
-            error = _assert_func(*context, error, jnp.logical_not(ok), failure)
+            error = _assert_func(*context, error, jnp.logical_not(ok), failure)  # type: ignore[call-arg]
         return error, indices
 
     _check_p.def_impl(lambda indices, *_, message: indices)
@@ -99,5 +99,5 @@ if _ERROR_RULES is not None:
     from jax.experimental import shard_map as _shard_map
 
     if getattr(_shard_map, "register_check", None) is not None:  # pragma: no cover
-        _shard_map.register_check(_check_p)(lambda mesh, indices_rep, *_, **__: indices_rep)
-        _shard_map.register_norewrite(_check_p)
+        _shard_map.register_check(_check_p)(lambda mesh, indices_rep, *_, **__: indices_rep)  # type: ignore[attr-defined]
+        _shard_map.register_norewrite(_check_p)  # type: ignore[attr-defined]

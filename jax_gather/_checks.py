@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 # Raised by a comparison of symbolic dims (jax.export) that their constraints leave open.
+_INCONCLUSIVE: type[Exception]
 if hasattr(jax.errors, "InconclusiveDimensionOperation"):
     _INCONCLUSIVE = jax.errors.InconclusiveDimensionOperation
 else:  # where older JAX (0.4.35) keeps it

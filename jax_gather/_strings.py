@@ -8,16 +8,14 @@ needs concrete indices, so it works eagerly only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
 from jax_gather._checks import fail
-from jax_gather._x64 import x64_enabled_if
 
-_FILL = -1  # the position a "fill" mode gives out-of-bounds indices; never a real position
+NO_POSITION = -1  # what the "fill" mode gives out-of-bounds indices: never a real position
 
 
 def holds_strings(data: np.ndarray) -> bool:
@@ -32,17 +30,9 @@ def is_string_dtype(dtype: Any) -> bool:
     return np.dtype(dtype).kind in "USO"
 
 
-def gather_strings(
-    op_name: str,
-    data: np.ndarray,
-    indices: Any,
-    mode: str,
-    fill_value: Any,
-    gather_positions: Callable[[np.ndarray, int], jax.Array],
-) -> np.ndarray:
-    """The op on string ``data``, via ``gather_positions(iota, fill)``: the numeric op with the
-    same indices, attribute and mode. Returns a NumPy array of ``data``'s dtype."""
-    for name, value in (("indices", indices), ("fill_value", fill_value)):
+def check_concrete(op_name: str, **values: Any) -> None:
+    """Refuses traced arguments: strings are gathered on the host, from concrete positions."""
+    for name, value in values.items():
         if isinstance(value, jax.core.Tracer):
             raise fail(
                 TypeError,
@@ -51,19 +41,23 @@ def gather_strings(
                 f"strings are gathered on the host: call {op_name} eagerly, outside jit, vmap "
                 f"and grad), got a traced {value.dtype}{list(value.shape)}",
             )
-    # Like numeric data, fill_value is only read (and checked) where a position may be filled.
-    fill = _fill(op_name, fill_value if mode in ("fill", "checked") else None, data.dtype)
+
+
+def positions(data: np.ndarray) -> np.ndarray:
+    """The flat position of each element of ``data``, in data's shape (int64 past int32)."""
     wide = data.size > np.iinfo(np.int32).max
-    iota = np.arange(data.size, dtype=np.int64 if wide else np.int32).reshape(data.shape)
-    with x64_enabled_if(wide):
-        positions = np.asarray(gather_positions(iota, _FILL))
-    out = np.full(positions.shape, fill, data.dtype)
-    taken = positions != _FILL
-    out[taken] = data.reshape(-1)[positions[taken]]
+    return np.arange(data.size, dtype=np.int64 if wide else np.int32).reshape(data.shape)
+
+
+def take(data: np.ndarray, taken: np.ndarray, fill: Any) -> np.ndarray:
+    """The strings of ``data`` at the flat positions ``taken`` (``fill`` at ``NO_POSITION``)."""
+    out = np.full(taken.shape, fill, data.dtype)
+    read = taken != NO_POSITION
+    out[read] = data.reshape(-1)[taken[read]]
     return out
 
 
-def _fill(op_name: str, fill_value: Any, dtype: np.dtype) -> Any:
+def fill_string(op_name: str, fill_value: Any, dtype: np.dtype) -> Any:
     """The fill string: by default empty, of the data's kind (b"" for bytes data)."""
     if fill_value is None:
         return b"" if dtype.kind == "S" else ""

@@ -17,9 +17,14 @@ def x64_enabled() -> ContextManager[None]:
     """A context in which ``jax_enable_x64`` is on."""
     if hasattr(jax, "enable_x64"):  # jax >= 0.7
         return jax.enable_x64(True)
-    from jax.experimental import enable_x64  # jax 0.4.35 .. 0.6
+    from jax.experimental import enable_x64  # type: ignore[attr-defined]  # jax 0.4.35 .. 0.6
 
     return enable_x64(True)
+
+
+def x64_on() -> bool:
+    """Whether ``jax_enable_x64`` is on here (in this thread's context)."""
+    return bool(jax.config.read("jax_enable_x64"))
 
 
 def x64_enabled_if(needed: bool) -> ContextManager[None]:

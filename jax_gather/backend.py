@@ -59,7 +59,7 @@ _MODEL = "ONNX model"  # the subject of errors about the model as a whole
 
 # The ONNX element types of the ops' type constraint T, with the NumPy dtype that holds each
 # (strings as object arrays, the form onnx.numpy_helper and onnxruntime use).
-_DTYPES = {
+_DTYPES: dict[int, np.dtype] = {
     TensorProto.BOOL: np.dtype(np.bool_),
     TensorProto.INT8: np.dtype(np.int8),
     TensorProto.INT16: np.dtype(np.int16),
@@ -113,7 +113,7 @@ class JaxGatherRep(BackendRep):
     def output_names(self) -> tuple[str, ...]:
         return self._graph.outputs
 
-    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:
+    def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:  # type: ignore[override]  # a list, as onnxruntime.backend's
         """Evaluates the model eagerly, with exact ONNX dtypes.
 
         Args:

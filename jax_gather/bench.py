@@ -26,6 +26,7 @@ are reported apart, with their ratio to jnp, and left out of the geometric mean.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -167,7 +168,7 @@ def _onnxruntime_session(case: Case, data: np.ndarray, indices: np.ndarray):
     except ImportError:
         return None
     op_type = {"gather": "Gather", "gather_elements": "GatherElements", "gather_nd": "GatherND"}[case.op]
-    attr = {"axis": case.attribute} if case.op != "gather_nd" else {"batch_dims": case.attribute}
+    attr: dict[str, Any] = {"batch_dims" if case.op == "gather_nd" else "axis": case.attribute}
     node = helper.make_node(op_type, ["data", "indices"], ["out"], **attr)
     graph = helper.make_graph(
         [node],
@@ -196,7 +197,7 @@ def _make_inputs(case: Case, rng: np.random.Generator) -> tuple[np.ndarray, np.n
     lead = 1 if case.vmapped else 0
     plan = _plan(case, case.data_shape[lead:], case.indices_shape[lead:])
     sizes = np.asarray(plan.index_sizes)
-    if plan.append_index_vector_dim:
+    if not plan.tuple_indices:
         sizes = sizes[0]
     low = -sizes if case.negative else 0
     indices = np.floor(low + rng.random(case.indices_shape) * (sizes - low)).astype(np.int64)
@@ -239,13 +240,19 @@ def _contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, 
         # The default mode compiled a second time: the same machine code at other addresses,
         # timed as a contender, measures how far apart this run puts two identical programs.
         fns[SAME_PROGRAM] = compiled(ours("checked"))
-    calls = {name: (lambda f=f: f(d, i).block_until_ready()) for name, f in fns.items()}
+    calls: dict[str, Callable[[], Any]] = {
+        name: functools.partial(_ready, f, d, i) for name, f in fns.items()
+    }
     ort = _onnxruntime_session(case, data, indices)
     if ort is not None:
         calls["onnxruntime"] = ort
     numpy_fn = _numpy_equivalent(case)
     calls["numpy"] = lambda: numpy_fn(data, indices)
     return calls
+
+
+def _ready(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args).block_until_ready()
 
 
 def _backward_contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, Callable[[], Any]]:
@@ -266,7 +273,7 @@ def _backward_contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> d
         "jax_gather": jax.jit(jax.grad(lambda d, i: ours(d, i).astype(jnp.float32).sum())),
         "jnp": jax.jit(jax.grad(lambda d, i: theirs(d, i).astype(jnp.float32).sum())),
     }
-    return {name: (lambda g=g: g(d, i).block_until_ready()) for name, g in grads.items()}
+    return {name: functools.partial(_ready, g, d, i) for name, g in grads.items()}
 
 
 # ---- timing -----------------------------------------------------------------------------------------
@@ -311,11 +318,11 @@ def _paired_rounds(
     return per_round
 
 
-def _median_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+def _median_ratio(a: Any, b: Any) -> float:
     return float(np.median(np.asarray(a) / np.asarray(b)))
 
 
-def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[float, tuple[float, float, float]]:
+def _paired(a: Any, b: Any) -> tuple[float, tuple[float, float, float]]:
     """The median of the per-round ratios a / b, and its interval."""
     ratios = np.asarray(a) / np.asarray(b)
     return float(np.median(ratios)), median_interval(ratios)

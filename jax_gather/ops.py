@@ -14,6 +14,7 @@ from jax import lax
 
 from jax_gather import _bounds, _lowering, _strings
 from jax_gather._checks import check_mode, fail
+from jax_gather._x64 import x64_enabled_if
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
 
@@ -37,7 +38,7 @@ def _as_data(op_name: str, data: Any) -> Any:
     return data
 
 
-def _as_indices(op_name: str, indices: Any) -> tuple[Any, np.ndarray | None]:
+def _as_indices(op_name: str, indices: Any) -> tuple[Any, Any]:
     """The indices for the gather, and a host copy when they are concrete (None when traced)."""
     if isinstance(indices, jax.core.Tracer):
         _bounds.check_index_dtype(op_name, indices.dtype)
@@ -57,7 +58,7 @@ def _as_indices(op_name: str, indices: Any) -> tuple[Any, np.ndarray | None]:
 def _apply(
     data: jax.Array,
     indices: jax.Array,
-    fill: jax.Array | None,
+    fill: Any,
     *,
     plan: GatherPlan,
     mode: str,
@@ -68,20 +69,20 @@ def _apply(
     # Trace-time invariants between the plan and the operands (cheap: shapes only).
     batch_rank = len(plan.output_shape) - len(plan.dimension_numbers.offset_dims)
     chex.assert_rank(data, len(plan.slice_sizes))
-    chex.assert_rank(indices, batch_rank + (0 if plan.append_index_vector_dim else 1))
-    needs_mask = mode in ("fill", "checked")
+    chex.assert_rank(indices, batch_rank + plan.tuple_indices)
+    fills = mode in ("fill", "checked")
     # A promise is checked too, for jax_gather.checked; outside checkify the check and its mask
     # compile to nothing.
     checks = mode in ("checked", "promise_in_bounds")
-    ok = _bounds.in_bounds_mask(plan, indices) if needs_mask or checks else None
+    ok: Any = _bounds.in_bounds_mask(plan, indices) if fills or checks else None
     if checks:
         indices = _bounds.check_in_bounds(plan, indices, ok)
-    if needs_mask and not plan.append_index_vector_dim:
+    if fills and plan.tuple_indices:
         ok = jnp.all(ok, axis=-1)  # a tuple is in bounds when every component is
 
     if 0 in plan.index_sizes and 0 not in indices.shape and mode != "fill":
         # Statically known: no index is valid on an empty axis, so even traced indices fail.
-        axis = plan.index_axes[plan.index_sizes.index(0)]
+        axis = plan.dimension_numbers.start_index_map[plan.index_sizes.index(0)]
         raise fail(
             IndexError,
             plan.op_name,
@@ -95,12 +96,10 @@ def _apply(
 
     if plan.data_block is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_block)
-    # Every mode clamps the indices itself (and fills for "fill"), so the gather is always given
-    # in-bounds indices, and its transpose always scatters onto in-range rows.
-    if needs_mask:
+    if fills:
         out = _lowering.gather_or_fill(data, indices, ok, fill, plan)
     else:
-        out = _lowering.gather(data, _bounds.index_vectors(plan, indices, clip=mode == "clip"), plan)
+        out = _lowering.gather(data, indices, plan, clip=mode == "clip")
     chex.assert_shape(out, plan.output_shape)
     return out
 
@@ -116,14 +115,13 @@ def _run(
 ) -> jax.Array | np.ndarray:
     mode = check_mode(op_name, mode)
     data = _as_data(op_name, data)
-    if _strings.is_string_dtype(data.dtype):  # no JAX dtype: gather positions, then the strings
-        positions = lambda iota, fill: _run(plan_fn, op_name, iota, indices, attribute, mode, fill)
-        return _strings.gather_strings(op_name, data, indices, mode, fill_value, positions)
+    if _strings.is_string_dtype(data.dtype):
+        return _gather_strings(plan_fn, op_name, data, indices, attribute, mode, fill_value)
     indices, concrete = _as_indices(op_name, indices)
     plan = plan_fn(data.shape, indices.shape, attribute)
     dtype = jax.dtypes.canonicalize_dtype(data.dtype)
     # Checked in every mode, so a bad fill_value is refused even where the mode ignores it.
-    fill = _bounds.fill_scalar(op_name, fill_value, dtype)
+    fill: Any = _bounds.fill_scalar(op_name, fill_value, dtype)
     if mode not in ("fill", "checked"):
         fill = None
     if mode == "checked" and concrete is not None:
@@ -138,6 +136,27 @@ def _run(
     if isinstance(indices, np.ndarray):
         indices = _bounds.narrow_host_indices(indices)
     return _apply(data, indices, fill, plan=plan, mode=mode, fill_bytes=fill_bytes)
+
+
+def _gather_strings(
+    plan_fn: Callable[..., GatherPlan],
+    op_name: str,
+    data: np.ndarray,
+    indices: Any,
+    attribute: Any,
+    mode: str,
+    fill_value: Any,
+) -> np.ndarray:
+    """String data, which JAX has no dtype for: the numeric op gathers the positions of an
+    integer iota of data's shape, with the same indices, attribute and mode, so every rule and
+    error is the numeric one; NumPy then takes the strings there."""
+    _strings.check_concrete(op_name, indices=indices, fill_value=fill_value)
+    # Like numeric data, fill_value is only read (and checked) where a position may be filled.
+    fill = _strings.fill_string(op_name, fill_value if mode in ("fill", "checked") else None, data.dtype)
+    iota = _strings.positions(data)
+    with x64_enabled_if(iota.dtype == np.int64):
+        taken = np.asarray(_run(plan_fn, op_name, iota, indices, attribute, mode, _strings.NO_POSITION))
+    return _strings.take(data, taken, fill)
 
 
 def gather(

@@ -18,12 +18,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 from jax import export, lax
 
 from jax_gather._checks import canonical_axis, dim_greater, fail, rank_at_least, static_int
 
-Shape = tuple[int, ...]  # entries may also be symbolic dims (jax.export)
+Dim = Any  # an int, or a symbolic dim of jax.export
+Shape = tuple[Dim, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,12 +34,10 @@ class GatherPlan:
 
     Attributes:
       op_name: the ONNX op ("Gather", "GatherElements" or "GatherND").
-      dimension_numbers: the ``lax.GatherDimensionNumbers`` of the gather.
+      dimension_numbers: the ``lax.GatherDimensionNumbers`` of the gather; its
+        ``start_index_map`` names the data axis that each index component addresses.
       slice_sizes: the ``slice_sizes`` of the gather.
-      index_axes: the data axis that each index component addresses.
       index_sizes: the size of each of those axes (the bound ``s`` of the valid range [-s, s-1]).
-      append_index_vector_dim: whether the indices get a trailing dimension of size 1 to become
-        the gather's index vectors (Gather, GatherElements); GatherND's indices already end in one.
       data_block: for GatherElements with indices smaller than data on a non-axis dimension, the
         leading block of data that is read (data is sliced to it first); otherwise ``None``.
       output_shape: the shape of the result, by the ONNX formula.
@@ -46,11 +46,16 @@ class GatherPlan:
     op_name: str
     dimension_numbers: lax.GatherDimensionNumbers
     slice_sizes: Shape
-    index_axes: Shape
     index_sizes: Shape
-    append_index_vector_dim: bool
     data_block: Shape | None
     output_shape: Shape
+
+    @property
+    def tuple_indices(self) -> bool:
+        """Whether the last dim of the indices holds index tuples (GatherND), rather than each
+        element being one index (Gather, GatherElements: the gather's index vectors are the
+        indices with a trailing dim of size 1)."""
+        return self.op_name == "GatherND"
 
 
 def _shape(shape: Sequence[int]) -> Shape:
@@ -77,9 +82,7 @@ def _gather_plan(data_shape: Shape, indices_shape: Shape, axis: int) -> GatherPl
             offset_dims=offset_dims, collapsed_slice_dims=(axis,), start_index_map=(axis,)
         ),
         slice_sizes=slice_sizes,
-        index_axes=(axis,),
         index_sizes=(data_shape[axis],),
-        append_index_vector_dim=True,
         data_block=None,
         output_shape=data_shape[:axis] + indices_shape + data_shape[axis + 1 :],
     )
@@ -130,9 +133,7 @@ def _gather_elements_plan(data_shape: Shape, indices_shape: Shape, axis: int) ->
             start_indices_batching_dims=batch,
         ),
         slice_sizes=(1,) * r,
-        index_axes=(axis,),
         index_sizes=(data_shape[axis],),
-        append_index_vector_dim=True,
         data_block=None if block == data_shape else block,
         output_shape=indices_shape,
     )
@@ -186,9 +187,7 @@ def _gather_nd_plan(data_shape: Shape, indices_shape: Shape, batch_dims: int) ->
             start_indices_batching_dims=batch,
         ),
         slice_sizes=(1,) * (b + k) + data_shape[b + k :],
-        index_axes=indexed,
         index_sizes=tuple(data_shape[d] for d in indexed),
-        append_index_vector_dim=False,
         data_block=None,
         output_shape=indices_shape[:-1] + data_shape[b + k :],
     )

@@ -13,6 +13,8 @@ import jax
 import numpy as np
 from jax import export
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
 
 def module_for(fn: Callable[..., Any], args: tuple, platform: str) -> str:
     """The StableHLO text of ``jax.jit(fn)`` exported for one platform (no device needed)."""
@@ -34,14 +36,24 @@ def random_bits(rng: np.random.Generator, dtype: Any, shape: tuple) -> np.ndarra
     return np.frombuffer(rng.bytes(size), dtype).reshape(shape)
 
 
-def run_with_cpu_devices(code: str, devices: int = 8) -> str:
-    """The stdout of ``code`` run by a fresh Python whose JAX has ``devices`` CPU devices."""
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+def run_with_cpu_devices(*args: str, devices: int = 8, timeout: float = 900) -> subprocess.CompletedProcess:
+    """A fresh Python (``python *args``, from the repository root) whose JAX has ``devices`` CPU
+    devices and no other platform: the one way the tests get a multi-device mesh, since JAX fixes
+    its device count when it starts. Returns the finished process; its output is text."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count={devices}".strip(),
+        JAX_PLATFORMS="cpu",
+    )
     return subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=pathlib.Path(__file__).resolve().parents[1],
-    ).stdout
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def stdout_with_cpu_devices(code: str, devices: int = 8) -> str:
+    """The standard output of ``code`` run by :func:`run_with_cpu_devices`; fails the test with
+    the child's traceback if it raised."""
+    child = run_with_cpu_devices("-c", code, devices=devices)
+    assert child.returncode == 0, f"the child process failed:\n{child.stdout}\n{child.stderr}"
+    return child.stdout

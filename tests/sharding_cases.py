@@ -28,6 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_gather
 from tests import reference
+from tests.strategies import make_indices, make_wild_indices
 
 DEVICES = 8
 MODES = ("checked", "fill", "clip", "promise_in_bounds")
@@ -128,6 +129,7 @@ def case_ids() -> dict[str, list[str]]:
         "other": [
             "sharded:checked()",
             "shard_map:checked()",
+            "cpu_lowerings",
             "explicit:checked()",
             "explicit:vmap",
             "explicit:auto_axes",
@@ -140,19 +142,12 @@ def collectives(hlo_text: str) -> list[str]:
 
 
 def _indices(p: Placement, out_of_bounds: bool, seed: int = 0) -> np.ndarray:
-    """Indices with negatives; with ``out_of_bounds``, every fifth one (tuple) is out of range."""
-    rng = np.random.default_rng(seed)
-    if p.op == "gather_nd":
-        sizes = p.data_shape[p.attr : p.attr + p.indices_shape[-1]]
-        idx = np.stack([rng.integers(-s, s, p.indices_shape[:-1]) for s in sizes], axis=-1)
-        if out_of_bounds:
-            idx.reshape(-1, len(sizes))[::5, 0] = sizes[0] + 2
-        return idx
-    size = p.data_shape[p.attr]
-    idx = rng.integers(-size, size, p.indices_shape)
-    if out_of_bounds:
-        idx.reshape(-1)[::5] = -size - 1
-    return idx
+    """Indices with negatives; with ``out_of_bounds``, of every out-of-bounds kind too."""
+    sizes = (
+        p.data_shape[p.attr : p.attr + p.indices_shape[-1]] if p.op == "gather_nd" else p.data_shape[p.attr]
+    )
+    make = make_wild_indices if out_of_bounds else make_indices
+    return make(p.indices_shape, sizes, np.int32, seed)
 
 
 def _expected(p: Placement, mode: str, data: np.ndarray, idx: np.ndarray, ct: np.ndarray):
@@ -372,6 +367,35 @@ def _record(case: str, run, *args) -> dict:
         return {"case": case, "error_text": traceback.format_exc()}
 
 
+def run_cpu_lowerings_on_a_mesh() -> dict:
+    """With several CPU devices, no lowering pads or flattens data: padding or flattening a
+    sharded dim would make the partitioner move data between devices."""
+    from jax_gather import _cpu, plans
+
+    mesh = _mesh((8,))
+    put = lambda x, *spec: jax.device_put(x, NamedSharding(mesh, P(*spec)))
+    nd = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
+    data, tuples = put(np.zeros((64, 48), np.float32), None, X), put(np.zeros((40, 2), np.int32))
+    lookup = lambda d, i: jax_gather.gather(d, i, mode="fill")
+    table, ids = put(np.zeros((64, 512), np.float32), None, X), put(np.zeros((64,), np.int32))
+    names = {
+        "gather_nd scalars": _cpu.lowering(
+            plans.gather_nd_plan((64, 48), (40, 2)), (64, 48), np.float32
+        ).names,
+        "gather_elements": _cpu.lowering(
+            plans.gather_elements_plan((64, 48), (64, 48), 1), (64, 48), np.float32
+        ).names,
+        "short lookup": _cpu.lowering(plans.gather_plan((64, 512), (64,)), (64, 512), np.float32).names,
+    }
+    grad = lambda f: jax.grad(lambda d, i: f(d, i).sum())
+    return {
+        "names": {k: sorted(v) for k, v in names.items()},
+        "gather_nd scalars": collectives(jax.jit(nd).lower(data, tuples).compile().as_text()),
+        "gather_nd scalars backward": collectives(jax.jit(grad(nd)).lower(data, tuples).compile().as_text()),
+        "short lookup": collectives(jax.jit(lookup).lower(table, ids).compile().as_text()),
+    }
+
+
 def report() -> dict:
     records = []
     for p in PLACEMENTS:
@@ -382,6 +406,7 @@ def report() -> dict:
             records.append(_record(f"shard_map/{c.name}:{mode}", run_shard_map, c, mode))
     records.append(_record("sharded:checked()", run_checked_sharded))
     records.append(_record("shard_map:checked()", run_checked_shard_map))
+    records.append(_record("cpu_lowerings", run_cpu_lowerings_on_a_mesh))
     has_explicit = hasattr(getattr(jax.sharding, "AxisType", None), "Explicit")
     if has_explicit:
         for c in EXPLICIT_CASES:

@@ -107,13 +107,21 @@ def gather_nd_cases(draw, index_dtypes=(np.int32, np.int64)):
 
 
 def make_wild_indices(shape, sizes, dtype, seed) -> np.ndarray:
-    """Indices in and out of bounds: [-2s-2, 2s+2], some at the dtype's extremes."""
+    """Indices in and out of bounds, ``sizes`` broadcast against ``shape`` (for GatherND, one
+    size per tuple component along the last dim): most drawn from [-2s-2, 2s+2], and where there
+    is room, one of each kind of edge: the two ends of [-s, s-1], just past them (s, -s-1), far
+    past (3s + 2), and the dtype's extremes (for unsigned dtypes, the non-negative ones)."""
     rng = np.random.default_rng(seed + 2)
-    sizes = np.broadcast_to(np.asarray(sizes), shape)
+    sizes = np.broadcast_to(np.asarray(sizes, np.int64), shape)
     values = np.floor((rng.random(shape) * 4 - 2) * (sizes + 1)).astype(np.int64)
     info = np.iinfo(dtype)
     extreme = rng.random(shape) < 0.1
     values = np.where(extreme, np.where(rng.random(shape) < 0.5, info.min, info.max), values)
+    flat, flat_sizes = values.reshape(-1), sizes.reshape(-1)
+    edges = [lambda s: s - 1, lambda s: -s, lambda s: s, lambda s: -s - 1, lambda s: 3 * s + 2,
+             lambda s: info.min, lambda s: info.max]  # fmt: skip
+    for position, edge in zip(rng.permutation(flat.size), edges):
+        flat[position] = edge(int(flat_sizes[position]))
     if info.min == 0:
         values = np.abs(values)
     return np.asarray(np.clip(values, info.min, info.max).astype(dtype))

@@ -28,8 +28,8 @@ def test_gather_plan(data_shape, indices_shape, axis, offset_dims, slice_sizes, 
     )
     assert plan.slice_sizes == slice_sizes
     assert plan.output_shape == out_shape
-    assert plan.index_axes == (a,) and plan.index_sizes == (data_shape[a],)
-    assert plan.append_index_vector_dim and plan.data_block is None
+    assert plan.index_sizes == (data_shape[a],)
+    assert not plan.tuple_indices and plan.data_block is None
 
 
 @pytest.mark.parametrize(
@@ -81,9 +81,8 @@ def test_gather_nd_plan(data_shape, indices_shape, b, offset_dims, indexed, slic
     )
     assert plan.slice_sizes == slice_sizes
     assert plan.output_shape == out_shape
-    assert plan.index_axes == indexed
     assert plan.index_sizes == tuple(data_shape[d] for d in indexed)
-    assert not plan.append_index_vector_dim
+    assert plan.tuple_indices
 
 
 def test_plans_are_cached_and_hashable():

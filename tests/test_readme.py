@@ -7,14 +7,13 @@ sharding examples say, so a block that needs a mesh of eight gets one.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import jax
 import pytest
+
+from tests.programs import run_with_cpu_devices
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if ">>>" not in b]
@@ -44,6 +43,5 @@ def test_block_runs(block):
     missing = _missing(block)
     if missing:
         pytest.skip(f"JAX {jax.__version__} lacks {', '.join(missing)}")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", block], env=env, capture_output=True, text=True, timeout=300)
+    done = run_with_cpu_devices("-c", block, timeout=300)
     assert done.returncode == 0, f"README block failed:\n{block}\n{done.stderr[-3000:]}"

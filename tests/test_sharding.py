@@ -11,38 +11,21 @@ all-gather the operand, and the "local" placements below then fail.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import pytest
 
-from jax_gather._lowering import _release
 from tests import sharding_cases as cases
+from tests.compat import JAX_VERSION
+from tests.programs import run_with_cpu_devices
 
-ROOT = Path(__file__).resolve().parent.parent
 HAS_EXPLICIT_AXES = hasattr(getattr(jax.sharding, "AxisType", None), "Explicit")
 
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    flags = os.environ.get("XLA_FLAGS", "")
-    env = dict(
-        os.environ,
-        XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count={cases.DEVICES}".strip(),
-        JAX_PLATFORMS="cpu",  # the simulated mesh, even where an accelerator is present
-    )
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.sharding_cases"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    child = run_with_cpu_devices("-m", "tests.sharding_cases", devices=cases.DEVICES)
     lines = child.stdout.strip().splitlines()
     if child.returncode != 0 or not lines:
         pytest.fail(
@@ -123,10 +106,25 @@ def test_checked_reports_a_block_local_position_inside_shard_map(report):
     assert all("cannot trace its own index checks" in w for w in r["warnings"]), r["warnings"]
 
 
+def test_no_cpu_lowering_pads_or_flattens_data_on_a_mesh(report):
+    r = _record(report, "cpu_lowerings")
+    # On one device these would read the fill from a pad of data and scatter the gradient by
+    # one linear index into data flattened; with data sharded, either would move it.
+    assert r["names"] == {"gather_nd scalars": [], "gather_elements": [], "short lookup": []}
+    # GatherND's second indexed dim is sharded: each device gathers what it holds and an
+    # all-reduce sums the output, as for any indexed dim; nothing moves data's blocks.
+    assert r["gather_nd scalars"] == ["all-reduce"], r
+    assert (
+        "all-gather" not in r["gather_nd scalars backward"]
+        and "collective-permute" not in r["gather_nd scalars backward"]
+    ), r
+    assert r["short lookup"] == [], r  # a table sharded by columns: local
+
+
 # JAX 0.7 types selects more strictly under explicit axes and refuses the checked mode's (its
 # mask is typed by the indices, not the output); 0.8.0 and later accept them. The README says
 # explicit axes are supported from JAX 0.8.
-EXPLICIT_AXES_SUPPORTED = HAS_EXPLICIT_AXES and _release(jax.__version__) >= (0, 8, 0)
+EXPLICIT_AXES_SUPPORTED = HAS_EXPLICIT_AXES and JAX_VERSION >= (0, 8, 0)
 needs_explicit_axes = pytest.mark.skipif(
     not EXPLICIT_AXES_SUPPORTED, reason=f"jax {jax.__version__}: explicit axes are supported from JAX 0.8"
 )

@@ -53,7 +53,7 @@ CASES = [
         np.array([[[1, 3], [0, 0]], [[-1, 2], [2, -4]]]),
         1,
     ),
-    # Rows of 16-64 elements: gathered in narrower units on CPU (jax_gather/_lowering.py).
+    # Rows of 16-64 elements: gathered in narrower units on CPU (jax_gather/_cpu.py).
     ("gather_rows_as_bytes", jax_gather.gather, reference.gather, (6, 16), np.array([[0, -1], [5, 2]]), 0),
     ("gather_axis1_rows_as_bytes", jax_gather.gather, reference.gather, (3, 5, 32), np.array([1, -2, 4]), 1),
     (
@@ -252,17 +252,3 @@ def test_exported_program_can_return_an_in_bounds_flag(op, ref, shape, indices, 
     out, ok = restored.call(data, bad)
     assert not bool(ok)
     np.testing.assert_array_equal(np.asarray(out), ref(data, bad, attr, mode="fill", fill=np.nan))
-
-
-@pytest.mark.parametrize("n", [2, 300], ids=["short lookup (padded fill)", "long (select)"])
-def test_gather_off_the_leading_axis_differentiates_into_a_row_scatter(n):
-    # The lowering choice of jax_gather._lowering: the gradient scatters whole rows of a
-    # transposed view (scatter along dim 0) instead of scattering strided columns.
-    f = jax.jit(jax.grad(lambda d, i: jax_gather.gather(d, i, 1).sum()))
-    text = f.lower(_data((4, 6)), np.arange(n) % 6).as_text()
-    scatters = re.findall(r"scatter_dims_to_operand_dims = \[(\d+)\]", text)
-    assert scatters == ["0"], scatters
-    direct = jax.jit(jax.grad(lambda d, i: jax_gather.gather(d, i, 0).sum()))
-    assert re.findall(
-        r"scatter_dims_to_operand_dims = \[(\d+)\]", direct.lower(_data((4, 6)), np.array([1])).as_text()
-    ) == ["0"]

@@ -1,0 +1,270 @@
+"""The CPU lowerings, and the one function that picks them for a plan.
+
+The generic lowering (:mod:`jax_gather._lowering`) is one ``lax.gather`` on in-bounds index
+vectors, a select of ``fill_value`` after it for "fill", and JAX's own derivative. For some plans
+XLA:CPU compiles parts of that to slow code, and a lowering here replaces them. :func:`lowering`
+picks them, once per trace, and returns them as a :class:`Lowering`; nothing outside this module
+knows why.
+
+Each lowering is named in ``LOWERINGS``, applies only on the CPU platform (through
+``lax.platform_dependent``: other platforms, and exports for them, get the generic program),
+and rests on one fact about XLA:CPU or JAX's CPU runtime, stated where it is used. For each
+fact, ``tests/test_cpu_facts.py`` has a canary that fails when the fact stops holding; then
+``without(name)`` (what ``benchmarks/lowering_choices.py`` times each lowering against) shows
+whether the lowering still pays, and docs/design.md says how to delete it.
+
+Every lowering needs JAX 0.7.0 or later, whose ``platform_dependent`` keeps only the branch of
+the platform it lowers for (older releases would put both gathers in the program), and static
+dims (StableHLO cannot refine a shape-changing bitcast or reshape of symbolic dims, and JAX
+0.7.0 cannot export a ``custom_jvp``'s gradient over them). Those that pad or flatten data also
+need a process with one CPU device: on a mesh, padding or flattening a sharded dim makes XLA's
+partitioner move data between devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_gather.plans import GatherPlan, gather_plan
+
+PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
+
+GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
+FillFn = Callable[[jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
+
+LOWERINGS = (
+    "short_rows_in_bytes",
+    "linear_derivative",
+    "moved_axis_derivative",
+    "nd_elements_fill_from_pad",
+    "short_lookup_fill_from_pad",
+)
+
+# Fact: XLA:CPU copies a slice row of 16 to 64 elements with a loop that LLVM unrolls into scalar
+# moves, with no vector instruction; rows of 80 or more it vectorises.
+SHORT_ROWS = range(16, 65)
+# Fact: JAX's CPU client runs a program on the calling thread when XLA's cost analysis counts
+# fewer than this many flops in it, and hands any other to a worker thread and waits.
+INLINE_FLOPS = 1000
+# The index arithmetic costs at most 7 flops per index component (int64 indices), so a row
+# lookup of this many components stays under INLINE_FLOPS once it has no select of the fill.
+SHORT_LOOKUP_INDICES = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    """What replaces the generic lowering of one plan on CPU; ``None`` where nothing does.
+
+    Attributes:
+      forward: ``forward(data, idx, plan)``, the gather on in-bounds index vectors ``idx``.
+      derivative: ``derivative(data, idx, plan)``, the same gather computed another way, whose
+        transpose the backward pass runs.
+      fill: ``fill(data, slots, fill, plan)``, the result of "fill" from index vectors ``slots``
+        that send every out-of-bounds index one past the end of its axis.
+      names: the names (in ``LOWERINGS``) of the lowerings that gave these.
+    """
+
+    forward: GatherFn | None = None
+    derivative: GatherFn | None = None
+    fill: FillFn | None = None
+    names: frozenset[str] = frozenset()
+
+
+GENERIC = Lowering()
+
+
+def lowering(plan: GatherPlan, shape: tuple, dtype: Any) -> Lowering:
+    """The CPU lowering of ``plan`` for data of ``shape`` and ``dtype`` (cached)."""
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    return _choose(plan, tuple(shape), np.dtype(dtype), x64, _cpu_devices(), _disabled)
+
+
+@contextlib.contextmanager
+def without(*names: str) -> Iterator[None]:
+    """Programs traced inside are those of the library without these CPU lowerings.
+
+    For measuring a lowering against the program it replaces. JAX's caches are cleared on
+    entry and on exit, so no program traced on one side is reused on the other: compile what
+    is traced inside before leaving (``jax.jit(f).lower(...).compile()``).
+    """
+    global _disabled
+    unknown = sorted(set(names) - set(LOWERINGS))
+    if unknown:
+        raise ValueError(f"without: unknown lowerings {unknown}; the lowerings are {list(LOWERINGS)}")
+    previous, _disabled = _disabled, frozenset(names)
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        _disabled = previous
+        jax.clear_caches()
+
+
+_disabled: frozenset[str] = frozenset()
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+PLATFORM_DEPENDENT_PRUNES = _release(jax.__version__) >= (0, 7, 0)
+
+
+@functools.cache
+def _cpu_devices() -> int:
+    try:
+        return len(jax.devices("cpu"))
+    except RuntimeError:  # no CPU backend (JAX_PLATFORMS without "cpu"): no CPU lowering runs
+        return 0
+
+
+@functools.lru_cache(maxsize=1024)
+def _choose(
+    plan: GatherPlan, shape: tuple, dtype: np.dtype, x64: bool, cpu_devices: int, disabled: frozenset
+) -> Lowering:
+    if not PLATFORM_DEPENDENT_PRUNES or not _static(shape, plan.output_shape):
+        return GENERIC
+    names: set[str] = set()
+
+    def use(name: str, applies: bool) -> bool:
+        if applies and name not in disabled:
+            names.add(name)
+            return True
+        return False
+
+    one_device = cpu_devices == 1
+    elements = not plan.dimension_numbers.offset_dims  # every output element one element of data
+    forward = derivative = fill = None
+
+    if use("short_rows_in_bytes", _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS):
+        forward = functools.partial(_rows_in_units, unit=jnp.uint4 if dtype.itemsize == 1 else jnp.uint8)
+
+    linear = _linear_index_dtype(shape, x64) if elements and len(shape) >= 2 and one_device else None
+    off_leading_axis = plan.op_name == "Gather" and plan.dimension_numbers.start_index_map != (0,)
+    if use("moved_axis_derivative", off_leading_axis):
+        derivative = _rows_of_moved_axis
+    elif use("linear_derivative", linear is not None):
+        derivative = functools.partial(_by_linear_index, dtype=linear)
+
+    # Not for bfloat16. Fact: XLA:CPU gathers bfloat16 as float32 between two converts, which in
+    # the padded loop widen and round each element on its own (measured slower than the select).
+    pads = one_device and dtype != jnp.bfloat16
+    short_lookup = not elements and forward is None and _index_components(plan) <= SHORT_LOOKUP_INDICES
+    if use("nd_elements_fill_from_pad", pads and elements and plan.tuple_indices) or use(
+        "short_lookup_fill_from_pad", pads and short_lookup
+    ):
+        fill = _read_fill_from_pad
+    return Lowering(forward, derivative, fill, frozenset(names))
+
+
+def _static(*shapes: tuple) -> bool:
+    return all(isinstance(d, int) for shape in shapes for d in shape)
+
+
+def _index_components(plan: GatherPlan) -> int:
+    dn = plan.dimension_numbers
+    batch = [d for i, d in enumerate(plan.output_shape) if i not in dn.offset_dims]
+    return math.prod(batch) * len(dn.start_index_map)
+
+
+# ---- short rows in narrower units ---------------------------------------------------------------
+# In bytes (nibbles for one-byte types) XLA emits a longer loop body that LLVM keeps and
+# vectorises, folding the bitcasts' shifts back into whole-element moves. Bit-exact.
+
+
+def _takes_whole_rows(shape: tuple, dtype: np.dtype, plan: GatherPlan) -> bool:
+    """Whether every slice takes data's last dim whole and it ends the output, for a dtype with
+    a bitcast to bytes (integers and reals; not bool or complex)."""
+    real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+    if len(shape) < 2 or not real or dtype.itemsize not in (1, 2, 4, 8):
+        return False
+    dn, last = plan.dimension_numbers, len(shape) - 1
+    return (
+        plan.slice_sizes[-1] == shape[-1]
+        and bool(dn.offset_dims)
+        and dn.offset_dims[-1] == len(plan.output_shape) - 1
+        and last not in dn.collapsed_slice_dims + dn.operand_batching_dims
+    )
+
+
+def _rows_in_units(data: jax.Array, idx: jax.Array, plan: GatherPlan, *, unit: Any) -> jax.Array:
+    per_item = data.dtype.itemsize * 8 // jnp.iinfo(unit).bits
+    rows = lax.bitcast_convert_type(data, unit).reshape(*data.shape[:-1], -1)
+    slice_sizes = (*plan.slice_sizes[:-1], plan.slice_sizes[-1] * per_item)
+    out = lax.gather(rows, idx, plan.dimension_numbers, slice_sizes, mode=PROMISE)
+    return lax.bitcast_convert_type(out.reshape(*out.shape[:-1], -1, per_item), data.dtype)
+
+
+# ---- the derivative of element gathers by one linear index -----------------------------------
+# Fact: XLA:CPU scatters JAX's transpose of an element gather by index tuples (for batching dims,
+# an iota per dim concatenated with the index, written out and read back). By one linear index
+# into the whole of data, flattened, the transpose is one scatter into one dim.
+
+
+def _linear_index_dtype(shape: tuple, x64: bool) -> Any:
+    """int32 where data has fewer than 2**31 elements, else int64, which needs x64: without it,
+    None (the gather stays as it is, so no linear offset ever wraps)."""
+    if math.prod(shape) <= np.iinfo(np.int32).max:
+        return jnp.int32
+    return jnp.int64 if x64 else None
+
+
+def _by_linear_index(data: jax.Array, idx: jax.Array, plan: GatherPlan, *, dtype: Any) -> jax.Array:
+    """The plan's element gather by one linear index into the whole of data, flattened; ``idx``
+    in bounds. A batching dim's coordinate is the output position (an iota). Each component is
+    in bounds of its own axis before they are combined, so bounds stay per axis."""
+    dn = plan.dimension_numbers
+    coordinate = {
+        axis: lax.broadcasted_iota(dtype, idx.shape[:-1], dim)
+        for axis, dim in zip(dn.operand_batching_dims, dn.start_indices_batching_dims)
+    }
+    coordinate.update({axis: idx[..., c].astype(dtype) for c, axis in enumerate(dn.start_index_map)})
+    linear = coordinate[0]
+    for axis in range(1, data.ndim):
+        linear = linear * data.shape[axis] + coordinate[axis]
+    flat = data.reshape(-1)
+    rows = gather_plan(flat.shape, linear.shape, 0)
+    return lax.gather(flat, linear[..., None], rows.dimension_numbers, rows.slice_sizes, mode=PROMISE)
+
+
+# ---- Gather off the leading axis: rows of the moved axis in the derivative -----------------------
+# Fact: XLA:CPU scatters JAX's transpose of a gather along axis a > 0 along that axis, a strided
+# scatter; taken as rows of data with the axis moved first, it is a row scatter between two
+# transposes.
+
+
+def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    """The same result as the plan's gather (Gather), computed as rows of ``moveaxis(data, a, 0)``."""
+    axis, q = plan.dimension_numbers.start_index_map[0], idx.ndim - 1
+    moved = jnp.moveaxis(data, axis, 0)
+    rows = gather_plan(moved.shape, idx.shape[:-1], 0)
+    out = lax.gather(moved, idx, rows.dimension_numbers, rows.slice_sizes, mode=PROMISE)
+    return jnp.moveaxis(out, tuple(range(q)), tuple(range(axis, axis + q)))
+
+
+# ---- "fill" read from a pad of data ------------------------------------------------------------------
+# Data gets one fill_value at the end of each indexed axis and every out-of-bounds index goes to
+# that slot, so the gather reads the fill itself and no select over the output follows. Fact:
+# XLA fuses the pad into the gather's loop (data is never copied). GatherND elements: the pad's
+# compare per read costs less than the select. Short row lookups: the select counts one flop
+# per output element, which alone sends a lookup of a few rows over INLINE_FLOPS, to a worker
+# thread.
+
+
+def _read_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
+    padding = [(0, 0, 0)] * data.ndim
+    for axis in plan.dimension_numbers.start_index_map:
+        padding[axis] = (0, 1, 0)
+    padded = lax.pad(data, fill, padding)
+    return lax.gather(padded, slots, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)

@@ -1,0 +1,220 @@
+"""Canaries: the facts about XLA:CPU and JAX's CPU runtime that each CPU lowering rests on.
+
+Each test checks one fact by the structure of a compiled program or by dispatch behaviour, never
+by time. When one fails after a JAX upgrade, the lowering it names may no longer pay: time it
+against the library without it (``python benchmarks/lowering_choices.py --only <name>``) and
+delete it if it does not (docs/design.md says how). The facts are about the programs XLA
+compiles for this machine's CPU; they were checked on x86-64 with AVX-512.
+"""
+
+import glob
+import re
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jax_gather
+from jax_gather import _cpu, _lowering, plans
+from tests.compat import enable_x64
+
+CPU = jax.devices("cpu")[0]
+needs_cpu_lowerings = pytest.mark.skipif(
+    not _cpu.PLATFORM_DEPENDENT_PRUNES, reason="the CPU lowerings need JAX 0.7.0"
+)
+
+
+def _on_cpu(*arrays):
+    return [jax.device_put(a, CPU) for a in arrays]
+
+
+def _compiled_text(fn, *args) -> str:
+    return jax.jit(fn).lower(*_on_cpu(*args)).compile().as_text()
+
+
+def _optimized_ir(fn, *args) -> str:
+    """The LLVM IR, after LLVM's optimisations, of the kernels XLA:CPU compiles for ``fn``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        jax.jit(fn).lower(*_on_cpu(*args)).compile(compiler_options={"xla_dump_to": tmp})
+        return "".join(open(path).read() for path in glob.glob(f"{tmp}/*ir-with-opt.ll"))
+
+
+def _vector_types(ir: str) -> set[str]:
+    return set(re.findall(r"<\d+ x \w+>", ir))
+
+
+def _direct(plan_fn, attribute):
+    """The generic lowering's gather of in-bounds indices, for plain (non-GatherND) indices."""
+
+    def f(d, i):
+        plan = plan_fn(d.shape, i.shape, attribute)
+        return _lowering.direct(d, i if plan.tuple_indices else i[..., None], plan)
+
+    return f
+
+
+# ---- short_rows_in_bytes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_xla_copies_short_rows_with_no_vector_instruction(dtype):
+    ids = np.zeros(500, np.int32)
+    for width in (16, 32, 64):
+        ir = _optimized_ir(_direct(plans.gather_plan, 0), np.zeros((1000, width), dtype), ids)
+        assert not _vector_types(ir), (
+            f"XLA:CPU now vectorises rows of {width}: is short_rows_in_bytes needed?"
+        )
+    # The boundary of SHORT_ROWS: from 80 elements on XLA's own loop is vectorised.
+    assert _vector_types(_optimized_ir(_direct(plans.gather_plan, 0), np.zeros((1000, 80), dtype), ids))
+
+
+@needs_cpu_lowerings
+def test_rows_in_bytes_are_copied_with_vector_instructions():
+    gather = lambda d, i: jax_gather.gather(d, i, mode="promise_in_bounds")
+    assert _vector_types(_optimized_ir(gather, np.zeros((1000, 32), np.float32), np.zeros(500, np.int32)))
+
+
+# ---- short_lookup_fill_from_pad ------------------------------------------------------------------
+
+
+def _ready_on_return(flops: int) -> bool:
+    """Whether a program of ``flops`` flops (by XLA's cost analysis) that copies 64 MiB has
+    finished when the call returns: it ran on the calling thread, not on a worker thread (which
+    the copy keeps busy for milliseconds after the call returns)."""
+    rows = jax.device_put(jnp.zeros((64, 1 << 18), jnp.float32), CPU)
+    ids = jax.device_put(jnp.arange(64, dtype=jnp.int32)[::-1], CPU)
+    base = _flops(jax.jit(_copy_and_add).lower(rows, ids, jnp.zeros(1, jnp.float32)).compile()) - 1
+    x = jax.device_put(jnp.zeros(int(flops - base), jnp.float32), CPU)
+    program = jax.jit(_copy_and_add).lower(rows, ids, x).compile()
+    assert _flops(program) == flops
+    program(rows, ids, x)[0].block_until_ready()
+    ready = []
+    for _ in range(3):
+        out = program(rows, ids, x)
+        ready.append(out[0].is_ready())
+        out[0].block_until_ready()
+        time.sleep(0.01)
+    return all(ready)
+
+
+def _copy_and_add(rows, ids, x):
+    return rows.at[ids].get(mode="promise_in_bounds"), x + 1.0  # the gather counts no flops
+
+
+def _flops(compiled) -> float:
+    cost = compiled.cost_analysis()
+    return (cost[0] if isinstance(cost, list) else cost)["flops"]
+
+
+@pytest.mark.skipif(jax.config.read("jax_cpu_enable_async_dispatch") is False, reason="synchronous dispatch")
+def test_the_cpu_client_runs_programs_under_inline_flops_on_the_calling_thread():
+    assert _ready_on_return(_cpu.INLINE_FLOPS - 1)
+    assert not _ready_on_return(_cpu.INLINE_FLOPS), "JAX's CPU client changed where it runs short programs"
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("mode", ["checked", "fill"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_a_short_lookup_stays_under_inline_flops(mode, index_dtype):
+    with enable_x64(index_dtype == np.int64):
+        data, ids = np.zeros((50000, 512), np.float32), np.zeros(_cpu.SHORT_LOOKUP_INDICES, index_dtype)
+        lookup = jax.jit(lambda d, i: jax_gather.gather(d, i, 0, mode=mode))
+        assert _flops(lookup.lower(*_on_cpu(data, ids)).compile()) < _cpu.INLINE_FLOPS
+
+
+# ---- nd_elements_fill_from_pad, short_lookup_fill_from_pad ---------------------------------------
+
+
+def _entry_ops(compiled_text: str) -> list[str]:
+    """The opcodes of the compiled entry computation (fusions are not looked into)."""
+    entry = compiled_text[compiled_text.index("\nENTRY") :]
+    return [op for op in re.findall(r"= \S+ (\S+?)\(", entry) if op not in ("parameter", "constant")]
+
+
+nd = lambda d, i: jax_gather.gather_nd(d, i)
+ids, tuples = lambda n: np.zeros(n, np.int32), lambda *shape: np.zeros((*shape, 2), np.int32)
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize(
+    "name, fn, data_shape, indices",
+    [
+        ("gather_nd scalars", nd, (64, 48), tuples(1000)),
+        ("large data, few reads", nd, (2048, 2048), tuples(5)),
+        ("gather_nd batch_dims=1", lambda d, i: jax_gather.gather_nd(d, i, 1), (8, 64, 48), tuples(8, 100)),
+        ("vmap", jax.vmap(nd), (4, 64, 48), tuples(4, 100)),
+        ("short row lookup", lambda d, i: jax_gather.gather(d, i, 0), (2048, 512), ids(64)),
+        ("short column lookup", lambda d, i: jax_gather.gather(d, i, 1), (512, 2048), ids(16)),
+        ("gather_nd short rows", nd, (64, 64, 96), tuples(32)),
+    ],
+)
+def test_xla_fuses_the_pad_into_the_gather(name, fn, data_shape, indices):
+    # The pad is cheaper than the select only because XLA never materialises the padded data.
+    text = _compiled_text(fn, jnp.zeros(data_shape, jnp.float32), indices)
+    assert " pad(" in text and "select" not in text, name  # the pad was taken
+    ops = _entry_ops(text)
+    assert ops and set(ops) <= {"fusion", "bitcast"}, (name, ops)
+
+
+def test_xla_gathers_bfloat16_through_float32():
+    # Why bfloat16 keeps the select: in a padded loop each element would be widened and rounded
+    # back on its own, measured slower than the select.
+    data, indices = np.zeros((64, 48), jnp.bfloat16), np.zeros((9, 2), np.int32)
+    text = _compiled_text(_direct(plans.gather_nd_plan, 0), data, indices)
+    gathers = re.findall(r"= (\w+)\[[\d,]*\]\S* gather\(", text)
+    assert gathers == ["f32"] and re.search(r"= f32\[64,48\]\S* convert\(", text), text
+
+
+# ---- linear_derivative ---------------------------------------------------------------------------
+
+
+def _scatter_dims(compiled_text: str) -> list[str]:
+    return re.findall(r"scatter\(.*?scatter_dims_to_operand_dims=\{([\d,]*)\}", compiled_text)
+
+
+@pytest.mark.parametrize(
+    "plan_fn, attribute, data_shape, indices",
+    [
+        (plans.gather_elements_plan, 1, (64, 48), np.zeros((64, 48), np.int32)),
+        (plans.gather_nd_plan, 0, (64, 48), np.zeros((500, 2), np.int32)),
+        (plans.gather_nd_plan, 1, (4, 64, 48), np.zeros((4, 500, 2), np.int32)),
+    ],
+)
+def test_xla_scatters_the_transpose_of_an_element_gather_by_index_tuples(
+    plan_fn, attribute, data_shape, indices
+):
+    grad = jax.grad(lambda d, i: _direct(plan_fn, attribute)(d, i).sum())
+    dims = _scatter_dims(_compiled_text(grad, np.zeros(data_shape, np.float32), indices))
+    assert dims and all(len(d.split(",")) >= 2 for d in dims), f"XLA:CPU now scatters by {dims}"
+
+
+# ---- moved_axis_derivative -----------------------------------------------------------------------
+
+
+def test_xla_scatters_the_transpose_of_a_gather_off_axis_0_along_that_axis():
+    grad = jax.grad(lambda d, i: _direct(plans.gather_plan, 1)(d, i).sum())
+    dims = _scatter_dims(_compiled_text(grad, np.zeros((64, 48), np.float32), np.zeros(30, np.int32)))
+    assert dims == ["1"], f"XLA:CPU now scatters by {dims}"
+
+
+# ---- every lowering ------------------------------------------------------------------------------
+
+
+def test_platform_dependent_keeps_only_the_branch_of_the_platform_it_lowers_for():
+    # Where it keeps both (JAX before 0.7.0), a CPU lowering would put a second gather in every
+    # program: then none is used.
+    def fn(d, i):
+        rows = lambda d, i: lax.gather(d, i[..., None], *_dims(d.shape, i.shape), mode="clip")
+        return lax.platform_dependent(d, i, cpu=rows, default=lambda d, i: rows(d, i) + 1)
+
+    module = jax.export.export(jax.jit(fn), platforms=("cpu",))(np.zeros((8, 4)), np.zeros(3, np.int32))
+    assert (module.mlir_module().count('"stablehlo.gather"') == 1) == _cpu.PLATFORM_DEPENDENT_PRUNES
+
+
+def _dims(data_shape, indices_shape):
+    plan = plans.gather_plan(data_shape, indices_shape, 0)
+    return plan.dimension_numbers, plan.slice_sizes

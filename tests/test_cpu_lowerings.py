@@ -1,0 +1,375 @@
+"""The CPU lowerings (jax_gather/_cpu.py): which plans take each, that only a CPU program holds
+them, that they compute exactly what the generic lowering computes in every mode and dtype,
+forward and backward, and that the library without each (``_cpu.without``) is the generic
+program. What each rests on is tested in test_cpu_facts.py; what each gains is measured by
+benchmarks/lowering_choices.py."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import export
+from jax.test_util import check_grads
+
+import jax_gather
+from jax_gather import _cpu, plans
+from tests import reference
+from tests.compat import enable_x64
+from tests.programs import bits, module_for, random_bits
+from tests.strategies import make_indices, make_wild_indices
+
+ON = _cpu.PLATFORM_DEPENDENT_PRUNES  # JAX 0.7.0 or later: otherwise no CPU lowering is used
+needs_cpu_lowerings = pytest.mark.skipif(not ON, reason="the CPU lowerings need JAX 0.7.0")
+ROWS, LINEAR, MOVED = "short_rows_in_bytes", "linear_derivative", "moved_axis_derivative"
+ND_PAD, LOOKUP_PAD = "nd_elements_fill_from_pad", "short_lookup_fill_from_pad"
+# 2**31 + 65536 elements: one past what an int32 offset addresses, without allocating them.
+HUGE = (32769, 65536)
+S = _cpu.SHORT_LOOKUP_INDICES
+
+# (data shape, dtype, plan, the lowerings it takes on one CPU device)
+# fmt: off
+SELECTIONS = [
+    # Short rows (16 to 64 elements, taken whole, ending the output) in narrower units.
+    ((100, 16), np.float32, plans.gather_plan((100, 16), (S + 1,), 0), {ROWS}),
+    ((100, 64), np.float32, plans.gather_plan((100, 64), (S + 1,), 0), {ROWS}),
+    ((100, 15), np.float32, plans.gather_plan((100, 15), (S + 1,), 0), set()),  # too short to pay
+    ((100, 65), np.float32, plans.gather_plan((100, 65), (S + 1,), 0), set()),  # XLA vectorises it
+    ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 0), {ROWS}),
+    ((100, 512), ml_dtypes.bfloat16, plans.gather_plan((100, 512), (S + 1,), 0), set()),
+    ((100, 32), np.int64, plans.gather_plan((100, 32), (S + 1,), 0), {ROWS}),
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (7,), 0), {ROWS}),  # rows first: no pad
+    ((100, 32), np.bool_, plans.gather_plan((100, 32), (S + 1,), 0), set()),  # no bitcast
+    ((100, 32), np.complex64, plans.gather_plan((100, 32), (S + 1,), 0), set()),
+    ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (S, 2), 0), {ROWS}),
+    ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (4, S, 1), 1), {ROWS}),
+    # Gather off the leading axis: its derivative takes rows of the moved axis.
+    ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),
+    ((3, 100, 8), np.float16, plans.gather_plan((3, 100, 8), (7,), 2), {MOVED, LOOKUP_PAD}),
+    # Element gathers differentiate by one linear index; GatherND's read their fill from a pad.
+    ((1024, 1024), np.float32, plans.gather_nd_plan((1024, 1024), (9, 2)), {LINEAR, ND_PAD}),
+    ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), {LINEAR, ND_PAD}),
+    ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (9, 4)), {LINEAR, ND_PAD}),
+    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (9, 3)), {LINEAR}),  # bf16 selects
+    ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), {LINEAR}),
+    ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (5, 40), 1), {LINEAR}),
+    ((40,), np.float32, plans.gather_plan((40,), (9,), 0), set()),  # one dim already
+    ((40,), np.float32, plans.gather_nd_plan((40,), (9, 1)), {ND_PAD}),
+    (HUGE, np.int8, plans.gather_nd_plan(HUGE, (9, 2)), {ND_PAD}),  # int32 would wrap, no x64
+    # Row lookups of at most SHORT_LOOKUP_INDICES index components read their fill from a pad.
+    ((100, 512), np.int8, plans.gather_plan((100, 512), (2, S // 2), 0), {LOOKUP_PAD}),
+    ((100, 512), np.int8, plans.gather_plan((100, 512), (S + 1,), 0), set()),
+    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2, 2), 0), {LOOKUP_PAD}),
+    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2 + 1, 2), 0), set()),
+    ((100, 8), ml_dtypes.bfloat16, plans.gather_plan((100, 8), (7,), 0), set()),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("shape, dtype, plan, expected", SELECTIONS)
+def test_which_plans_take_which_lowering(shape, dtype, plan, expected):
+    assert _cpu.lowering(plan, shape, dtype).names == (expected if ON else set())
+
+
+def test_int64_linear_offsets_need_x64():
+    with enable_x64(True):
+        assert _cpu.lowering(plans.gather_nd_plan(HUGE, (9, 2)), HUGE, np.int8).names == (
+            {LINEAR, ND_PAD} if ON else set()
+        )
+
+
+def test_symbolic_dims_take_the_generic_lowering():
+    (n,) = export.symbolic_shape("n")
+    for shape, plan in [
+        ((10, 32), plans.gather_plan((10, 32), (n,), 0)),
+        ((n, 32), plans.gather_plan((n, 32), (4,), 0)),
+        ((n, 4), plans.gather_nd_plan((n, 4), (9, 2))),
+        ((3, 4), plans.gather_nd_plan((3, 4), (n, 2))),
+        ((n, 4), plans.gather_elements_plan((n, 4), (n, 4), 1)),
+    ]:
+        assert _cpu.lowering(plan, shape, np.float32) is _cpu.GENERIC
+
+
+def test_without_names_only_known_lowerings():
+    with pytest.raises(ValueError, match=r"without: unknown lowerings \['linear_gather'\]"):
+        with _cpu.without("linear_gather"):
+            pass
+
+
+def _gathers(module: str) -> list[tuple[str, str]]:
+    """(operand type, indices type) of every gather in a StableHLO module."""
+    return re.findall(r'"stablehlo.gather"\(.*?\(tensor<([^>]*)>, tensor<([^>]*)>\)', module)
+
+
+def _scatters(module: str) -> list[tuple[str, str]]:
+    """(operand type, indices type) of every scatter in a StableHLO module."""
+    # The types follow the scatter's update region: the first "}) : (" after the op.
+    return re.findall(r'"stablehlo.scatter"\(.*?\}\) : \(tensor<([^>]*)>, tensor<([^>]*)>', module, re.DOTALL)
+
+
+def _grad(fn):
+    return jax.grad(lambda d, i: fn(d, i).astype(jnp.float32).sum())
+
+
+# (what, program, data, indices, the CPU program's gather or scatter, the generic one's)
+# fmt: off
+PROGRAMS = [
+    ("short rows", lambda d, i: jax_gather.gather(d, i), np.zeros((50, 32), np.float32),
+     np.zeros(200, np.int32), _gathers, ("50x128xui8", "200x1xi32"), ("50x32xf32", "200x1xi32")),
+    ("short int8 rows", lambda d, i: jax_gather.gather(d, i), np.zeros((50, 32), np.int8),
+     np.zeros(200, np.int32), _gathers, ("50x64xui4", "200x1xi32"), ("50x32xi8", "200x1xi32")),
+    ("linear derivative, GatherND", _grad(lambda d, i: jax_gather.gather_nd(d, i, 1, mode="clip")),
+     np.zeros((6, 7, 5), np.float32), np.zeros((6, 30, 2), np.int32),
+     _scatters, ("210xf32", "6x30x1xi32"), ("6x7x5xf32", "6x30x2xi32")),
+    ("linear derivative, GatherElements",
+     _grad(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="clip")),
+     np.zeros((6, 7), np.float32), np.zeros((6, 9), np.int32),
+     _scatters, ("42xf32", "6x9x1xi32"), ("6x7xf32", "6x9x1xi32")),
+    ("moved axis derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
+     np.zeros((6, 300), np.float32), np.zeros((200,), np.int32),
+     _scatters, ("300x6xf32", "200x1xi32"), ("6x300xf32", "200x1xi32")),
+]
+# fmt: on
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize(
+    "what, fn, data, indices, find, cpu, generic", PROGRAMS, ids=[p[0] for p in PROGRAMS]
+)
+def test_only_the_cpu_program_holds_the_lowering(what, fn, data, indices, find, cpu, generic):
+    for platform in ("cpu", "cuda", "tpu"):
+        assert find(module_for(fn, (data, indices), platform)) == [cpu if platform == "cpu" else generic], (
+            platform
+        )
+
+
+@needs_cpu_lowerings
+def test_only_the_cpu_program_reads_the_fill_from_a_pad():
+    data, indices = np.zeros((6, 7), np.float32), np.zeros((30, 2), np.int32)
+    fn = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
+    for platform in ("cpu", "cuda", "tpu"):
+        module = module_for(fn, (data, indices), platform)
+        assert module.count('"stablehlo.gather"') == 1, module
+        assert ("stablehlo.pad" in module) == (platform == "cpu"), platform
+        assert ("stablehlo.select" in module) == (platform != "cpu"), platform
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("name", _cpu.LOWERINGS)
+def test_without_a_lowering_the_library_computes_the_same_by_another_program(name):
+    rng = np.random.default_rng(11)
+    data, indices, fn = {
+        ROWS: ((50, 32), make_wild_indices((200,), 50, np.int32, 1),
+               lambda d, i: jax_gather.gather(d, i, mode="clip")),
+        LINEAR: ((6, 7), make_wild_indices((6, 9), 7, np.int32, 2),
+                 _grad(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="clip"))),
+        MOVED: ((6, 300), make_wild_indices((200,), 300, np.int32, 3),
+                _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip"))),
+        ND_PAD: ((6, 7), make_wild_indices((30, 2), (6, 7), np.int32, 4),
+                 lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
+        LOOKUP_PAD: ((600, 300), make_wild_indices((20,), 600, np.int32, 5),
+                     lambda d, i: jax_gather.gather(d, i, mode="fill")),
+    }[name]  # fmt: skip
+    data = rng.standard_normal(data).astype(np.float32)
+    text = lambda: jax.jit(fn).lower(data, indices).as_text()
+    chosen, out = text(), np.asarray(jax.jit(fn)(data, indices))
+    with _cpu.without(name):
+        assert text() != chosen
+        np.testing.assert_array_equal(np.asarray(jax.jit(fn)(data, indices)), out)
+    assert text() == chosen  # as it was
+
+
+# ---- results, bit for bit ------------------------------------------------------------------------
+
+
+def _assert_same_bits(out, expected) -> None:
+    out, expected = np.asarray(out), np.asarray(expected)
+    assert out.dtype == expected.dtype and out.shape == expected.shape
+    np.testing.assert_array_equal(bits(out), bits(expected))
+
+
+ROW_DTYPES = [np.int8, np.uint8, np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.int16, np.uint16,
+              np.int32, np.uint32, np.int64, np.uint64]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ROW_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_short_rows_in_bytes_are_bit_exact(dtype, jit):
+    # Random bytes: NaN payloads, -0.0, infinities and subnormals, which a conversion would change.
+    with enable_x64(np.dtype(dtype).itemsize == 8):
+        data = random_bits(np.random.default_rng(0), dtype, (40, 6, 24))
+        indices = make_indices((S + 1, 2), (40, 6), np.int32, seed=1)
+        plan = plans.gather_nd_plan(data.shape, indices.shape, 0)
+        assert (ROWS in _cpu.lowering(plan, data.shape, data.dtype).names) == ON
+        fn = lambda d, i: jax_gather.gather_nd(d, i)
+        _assert_same_bits((jax.jit(fn) if jit else fn)(data, indices), reference.gather_nd(data, indices, 0))
+
+
+def test_every_mode_through_short_rows():
+    data = np.arange(10 * 32, dtype=np.float32).reshape(10, 32)
+    indices = make_wild_indices((S + 1,), 10, np.int32, seed=3)
+    for mode, expected in [
+        ("clip", reference.gather(data, indices, 0, mode="clip")),
+        ("fill", reference.gather(data, indices, 0, mode="fill", fill=-7.0)),
+    ]:
+        out = jax.jit(lambda d, i: jax_gather.gather(d, i, mode=mode, fill_value=-7.0))(data, indices)
+        np.testing.assert_array_equal(np.asarray(out), expected)
+    bad = np.array([0, -1, 12])
+    with pytest.raises(IndexError, match=r"indices\[2\] = 12 is out of bounds for axis 0 of size 10"):
+        jax_gather.checked(jax.jit(lambda d, i: jax_gather.gather(d, i)))(data, bad)
+
+
+# (dtype, fill_value, the fill expected): the defaults are jnp.take's.
+# fmt: off
+FILL_CASES = [
+    (np.float32, -7.5, -7.5), (np.float32, None, np.nan), (np.float16, 3.0, 3.0), (np.int8, -3, -3),
+    (np.uint8, 200, 200), (np.bool_, True, True), (np.int32, None, -(2**31)), (np.complex64, 2 - 1j, 2 - 1j),
+    (np.float64, -0.0, -0.0), (np.int64, 7, 7), (ml_dtypes.bfloat16, None, np.nan),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(
+    "dtype, fill, expected_fill", FILL_CASES, ids=lambda v: str(v) if not isinstance(v, type) else ""
+)
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_fill_matches_the_reference_in_every_direction(dtype, fill, expected_fill, jit):
+    # GatherND elements (a pad of data on CPU), short row lookups of each op (a pad of data),
+    # element gathers that select; every kind of out-of-bounds index.
+    wide = np.dtype(dtype).itemsize == 8
+    with enable_x64(wide):
+        rng = np.random.default_rng(0)
+        data = random_bits(rng, dtype, (6, 7, 5))
+        i_dtype = np.int64 if wide else np.int32
+        # (op, its attribute, indices, the reference); the last reads data[:4, :, :2]
+        ge_reference = reference.gather_elements
+        calls = [
+            (jax_gather.gather_nd, 0, make_wild_indices((40, 3), (6, 7, 5), i_dtype, 1), reference.gather_nd),
+            (jax_gather.gather_nd, 1, make_wild_indices((6, 30, 2), (7, 5), i_dtype, 2), reference.gather_nd),
+            (jax_gather.gather_nd, 0, make_wild_indices((12, 2), (6, 7), i_dtype, 3), reference.gather_nd),
+            (jax_gather.gather, 0, make_wild_indices((3, 5), 6, i_dtype, 4), reference.gather),
+            (jax_gather.gather, 1, make_wild_indices((11,), 7, i_dtype, 5), reference.gather),
+            (jax_gather.gather_elements, 1, make_wild_indices((6, 9, 5), 7, i_dtype, 6), ge_reference),
+            (jax_gather.gather_elements, 1, make_wild_indices((4, 3, 2), 7, i_dtype, 7), ge_reference),
+        ]  # fmt: skip
+        for op, attribute, indices, ref in calls:
+            fn = lambda d, i: op(d, i, attribute, mode="fill", fill_value=fill)
+            out = (jax.jit(fn) if jit else fn)(data, indices)
+            expected = ref(data, indices, attribute, mode="fill", fill=expected_fill)
+            _assert_same_bits(out, expected.astype(dtype))
+
+
+def test_wide_indices_past_int32_read_the_fill():
+    with enable_x64(True):
+        data = np.arange(12, dtype=np.float32).reshape(3, 4)
+        indices = np.array([[0, 2**32 + 1], [-(2**32) - 1, 1], [2**62, -(2**63)]], np.int64)
+        out = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, mode="fill", fill_value=-1.0))(data, indices)
+        np.testing.assert_array_equal(np.asarray(out), [-1.0, -1.0, -1.0])
+
+
+# ---- derivatives -------------------------------------------------------------------------------------
+
+
+def _read_positions(op, data_shape, indices, attribute, mode):
+    """The flat position of data each output element reads, -1 where it is filled: by the NumPy
+    reference, on an iota of data's shape."""
+    iota = np.arange(int(np.prod(data_shape))).reshape(data_shape)
+    return getattr(reference, op)(iota, indices, attribute, mode=mode, fill=-1)
+
+
+def _reference_grad(positions, data_shape, cotangent):
+    """The gradient w.r.t. data of sum(out * cotangent): each cotangent added to what it read."""
+    grad = np.zeros(int(np.prod(data_shape)))
+    read = positions >= 0
+    np.add.at(grad, positions[read], cotangent[read])
+    return grad.reshape(data_shape)
+
+
+# (op, data shape, indices, attribute): every derivative lowering, and the padded fill's.
+# fmt: off
+GRAD_CASES = [
+    ("gather_nd", (3, 5, 6), make_wild_indices((3, 40, 2), (5, 6), np.int32, 1), 1),
+    ("gather_nd", (5, 6, 4), make_wild_indices((30, 3), (5, 6, 4), np.int32, 2), 0),
+    ("gather_elements", (4, 5, 6), make_wild_indices((3, 7, 5), 5, np.int32, 3), 1),  # a block of data
+    ("gather_elements", (4, 5, 6), make_wild_indices((4, 5, 8), 6, np.int32, 4), -1),
+    ("gather", (5, 6, 3), make_wild_indices((4, 2), 6, np.int32, 5), 1),  # rows of the moved axis
+    ("gather", (5, 6, 3), make_wild_indices((4, 2), 5, np.int32, 6), 0),
+    ("gather_nd", (5, 6, 3), make_wild_indices((9, 2), (5, 6), np.int32, 7), 0),  # a short lookup
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("mode", ["fill", "clip"])
+@pytest.mark.parametrize(
+    "op, shape, indices, attribute", GRAD_CASES, ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_gradients_match_the_reference(op, shape, indices, attribute, mode):
+    rng = np.random.default_rng(8)
+    data = rng.standard_normal(shape).astype(np.float32)
+    fn = getattr(jax_gather, op)
+    positions = _read_positions(op, shape, indices, attribute, mode)
+    cotangent = rng.standard_normal(positions.shape).astype(np.float32)
+    loss = lambda d, fill: jnp.sum(fn(d, indices, attribute, mode=mode, fill_value=fill) * cotangent)
+    d_data, d_fill = jax.jit(jax.grad(loss, argnums=(0, 1)))(data, jnp.float32(-2.0))
+    expected = _reference_grad(positions, shape, cotangent)
+    np.testing.assert_allclose(np.asarray(d_data), expected, rtol=1e-5, atol=1e-5)
+    expected_fill = cotangent[positions < 0].sum() if mode == "fill" else 0.0
+    np.testing.assert_allclose(float(d_fill), expected_fill, rtol=1e-4, atol=1e-4)
+    # Forward and reverse mode to second order. The op is linear in data and in the fill, so a
+    # finite difference of step 1 is exact but for float32 rounding.
+    check_grads(loss, (data, np.float32(-2.0)), order=2, modes=("fwd", "rev"), eps=1.0, atol=1e-3, rtol=1e-3)
+
+
+def test_bfloat16_gradient_through_the_select():
+    rng = np.random.default_rng(9)
+    data = rng.standard_normal((6, 7)).astype(ml_dtypes.bfloat16)
+    indices = make_wild_indices((6, 7), 6, np.int32, 10)
+    cotangent = rng.standard_normal((6, 7)).astype(np.float32)
+    fn = lambda d: jax_gather.gather_elements(d, indices, 0, mode="fill", fill_value=0.0)
+    grad = jax.jit(jax.grad(lambda d: jnp.sum(fn(d).astype(jnp.float32) * cotangent)))(data)
+    ct = cotangent.astype(ml_dtypes.bfloat16).astype(np.float64)
+    expected = _reference_grad(_read_positions("gather_elements", (6, 7), indices, 0, "fill"), (6, 7), ct)
+    np.testing.assert_allclose(np.asarray(grad).astype(np.float64), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_under_vmap_and_checkify():
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal((4, 6, 7)).astype(np.float32)
+    indices = make_indices((4, 9, 2), (6, 7), np.int32, seed=2)
+    for op, attribute, idx in [("gather_nd", 0, indices), ("gather", 1, indices[..., 0] % 6)]:
+        fn = getattr(jax_gather, op)
+        out = jax.jit(jax.vmap(lambda d, i: fn(d, i, attribute, mode="fill")))(data, idx)
+        expected = np.stack([getattr(reference, op)(data[b], idx[b], attribute) for b in range(4)])
+        np.testing.assert_array_equal(np.asarray(out), expected)
+    indices[2, 3] = (1, 7)
+    checked = jax_gather.checked(jax.jit(lambda d, i: jax_gather.gather_nd(d, i, 1)))
+    with pytest.raises(IndexError, match=r"indices\[2, 3, 1\] = 7 is out of bounds for axis 2 of size 7"):
+        checked(data, indices)
+
+
+# ---- linear offsets past int32 ---------------------------------------------------------------------------
+
+
+@needs_cpu_lowerings
+def test_linear_offsets_past_int32_are_int64_and_without_x64_the_tuples_stay():
+    # Lowered from abstract shapes: nothing of the 8 GiB table is allocated.
+    loss = _grad(lambda d, i: jax_gather.gather_elements(d, i, 0, mode="clip"))
+    table = jax.ShapeDtypeStruct(HUGE, jnp.float32)
+    with enable_x64(True):
+        module = module_for(loss, (table, jax.ShapeDtypeStruct((9, HUGE[1]), jnp.int64)), "cpu")
+        assert _scatters(module) == [(f"{HUGE[0] * HUGE[1]}xf32", f"9x{HUGE[1]}x1xi64")], _scatters(module)
+    module = module_for(loss, (table, jax.ShapeDtypeStruct((9, HUGE[1]), jnp.int32)), "cpu")
+    assert _scatters(module) == [(f"{HUGE[0]}x{HUGE[1]}xf32", f"9x{HUGE[1]}x1xi32")], _scatters(module)
+
+
+def test_int64_linear_offsets_address_the_same_elements():
+    # The int64 arithmetic on a table small enough to run, the dtype forced (a private rule).
+    with enable_x64(True):
+        rng = np.random.default_rng(4)
+        data = rng.standard_normal((3, 5, 6)).astype(np.float32)
+        indices = make_indices((3, 20, 2), (5, 6), np.int64, seed=5) % np.array([5, 6])
+        plan = plans.gather_nd_plan(data.shape, indices.shape, 1)
+        out = jax.jit(lambda d, i: _cpu._by_linear_index(d, i, plan, dtype=jnp.int64))(data, indices)
+        np.testing.assert_array_equal(np.asarray(out), reference.gather_nd(data, indices, 1))
