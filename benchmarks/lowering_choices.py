@@ -167,19 +167,10 @@ def choices() -> list[Choice]:
         Choice("moved_axis_derivative", "gather axis 1", "backward", ("moved_axis_derivative",)),
         Choice("moved_axis_derivative", "gather axis 1 bfloat16", "backward", ("moved_axis_derivative",)),
         Choice(
-            "nd_elements_fill_from_pad", "gather_nd scalars", "default mode", ("nd_elements_fill_from_pad",)
-        ),
-        Choice(
-            "nd_elements_fill_from_pad",
-            "gather_nd scalars int8",
-            "default mode",
-            ("nd_elements_fill_from_pad",),
-        ),
-        Choice(
-            "nd_elements_fill_from_pad",
+            "batched_nd_fill_from_pad",
             "gather_nd batch_dims=1 scalars",
             "default mode",
-            ("nd_elements_fill_from_pad",),
+            ("batched_nd_fill_from_pad",),
         ),
         Choice(
             "short_lookup_fill_from_pad",

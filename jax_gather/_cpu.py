@@ -47,7 +47,7 @@ LOWERINGS = (
     "short_rows_in_bytes",
     "linear_derivative",
     "moved_axis_derivative",
-    "nd_elements_fill_from_pad",
+    "batched_nd_fill_from_pad",
     "short_lookup_fill_from_pad",
 )
 
@@ -161,7 +161,10 @@ def _choose(
     # the padded loop widen and round each element on its own (measured slower than the select).
     pads = one_device and dtype != jnp.bfloat16
     short_lookup = not elements and forward is None and _index_components(plan) <= SHORT_LOOKUP_INDICES
-    if use("nd_elements_fill_from_pad", pads and elements and plan.tuple_indices) or use(
+    batched_nd_elements = (
+        elements and plan.tuple_indices and bool(plan.dimension_numbers.operand_batching_dims)
+    )
+    if use("batched_nd_fill_from_pad", pads and batched_nd_elements) or use(
         "short_lookup_fill_from_pad", pads and short_lookup
     ):
         fill = _read_fill_from_pad
@@ -256,10 +259,11 @@ def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> ja
 # ---- "fill" read from a pad of data ------------------------------------------------------------------
 # Data gets one fill_value at the end of each indexed axis and every out-of-bounds index goes to
 # that slot, so the gather reads the fill itself and no select over the output follows. Fact:
-# XLA fuses the pad into the gather's loop (data is never copied). GatherND elements: the pad's
-# compare per read costs less than the select. Short row lookups: the select counts one flop
-# per output element, which alone sends a lookup of a few rows over INLINE_FLOPS, to a worker
-# thread.
+# XLA fuses the pad into the gather's loop (data is never copied). GatherND elements after batch
+# dims. Fact: XLA:CPU compiles the select after such a gather into a scalar loop (it vectorises
+# the one after a GatherND without batch dims, which then beats the pad). Short row lookups.
+# Fact: the select counts one flop per output element, which alone sends a lookup of a few rows
+# over INLINE_FLOPS, to a worker thread.
 
 
 def _read_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:

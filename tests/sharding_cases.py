@@ -374,25 +374,24 @@ def run_cpu_lowerings_on_a_mesh() -> dict:
 
     mesh = _mesh((8,))
     put = lambda x, *spec: jax.device_put(x, NamedSharding(mesh, P(*spec)))
-    nd = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
-    data, tuples = put(np.zeros((64, 48), np.float32), None, X), put(np.zeros((40, 2), np.int32))
+    nd = lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")
+    data, tuples = put(np.zeros((4, 64, 48), np.float32), None, X), put(np.zeros((4, 40, 2), np.int32))
     lookup = lambda d, i: jax_gather.gather(d, i, mode="fill")
     table, ids = put(np.zeros((64, 512), np.float32), None, X), put(np.zeros((64,), np.int32))
     names = {
-        "gather_nd scalars": _cpu.lowering(
-            plans.gather_nd_plan((64, 48), (40, 2)), (64, 48), np.float32
-        ).names,
-        "gather_elements": _cpu.lowering(
-            plans.gather_elements_plan((64, 48), (64, 48), 1), (64, 48), np.float32
-        ).names,
-        "short lookup": _cpu.lowering(plans.gather_plan((64, 512), (64,)), (64, 512), np.float32).names,
+        "gather_nd batch_dims=1": (plans.gather_nd_plan((4, 64, 48), (4, 40, 2), 1), (4, 64, 48)),
+        "gather_elements": (plans.gather_elements_plan((64, 48), (64, 48), 1), (64, 48)),
+        "short lookup": (plans.gather_plan((64, 512), (64,)), (64, 512)),
     }
     grad = lambda f: jax.grad(lambda d, i: f(d, i).sum())
+    hlo = lambda f, *args: jax.jit(f).lower(*args).compile().as_text()
     return {
-        "names": {k: sorted(v) for k, v in names.items()},
-        "gather_nd scalars": collectives(jax.jit(nd).lower(data, tuples).compile().as_text()),
-        "gather_nd scalars backward": collectives(jax.jit(grad(nd)).lower(data, tuples).compile().as_text()),
-        "short lookup": collectives(jax.jit(lookup).lower(table, ids).compile().as_text()),
+        "names": {
+            k: sorted(_cpu.lowering(plan, shape, np.float32).names) for k, (plan, shape) in names.items()
+        },
+        "gather_nd batch_dims=1": collectives(hlo(nd, data, tuples)),
+        "gather_nd batch_dims=1 backward": collectives(hlo(grad(nd), data, tuples)),
+        "short lookup": collectives(hlo(lookup, table, ids)),
     }
 
 

@@ -24,7 +24,7 @@ from tests.strategies import make_indices, make_wild_indices
 ON = _cpu.PLATFORM_DEPENDENT_PRUNES  # JAX 0.7.0 or later: otherwise no CPU lowering is used
 needs_cpu_lowerings = pytest.mark.skipif(not ON, reason="the CPU lowerings need JAX 0.7.0")
 ROWS, LINEAR, MOVED = "short_rows_in_bytes", "linear_derivative", "moved_axis_derivative"
-ND_PAD, LOOKUP_PAD = "nd_elements_fill_from_pad", "short_lookup_fill_from_pad"
+ND_PAD, LOOKUP_PAD = "batched_nd_fill_from_pad", "short_lookup_fill_from_pad"
 # 2**31 + 65536 elements: one past what an int32 offset addresses, without allocating them.
 HUGE = (32769, 65536)
 S = _cpu.SHORT_LOOKUP_INDICES
@@ -48,16 +48,19 @@ SELECTIONS = [
     # Gather off the leading axis: its derivative takes rows of the moved axis.
     ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),
     ((3, 100, 8), np.float16, plans.gather_plan((3, 100, 8), (7,), 2), {MOVED, LOOKUP_PAD}),
-    # Element gathers differentiate by one linear index; GatherND's read their fill from a pad.
-    ((1024, 1024), np.float32, plans.gather_nd_plan((1024, 1024), (9, 2)), {LINEAR, ND_PAD}),
+    # Element gathers differentiate by one linear index; GatherND's after batch dims read their
+    # fill from a pad.
+    ((1024, 1024), np.float32, plans.gather_nd_plan((1024, 1024), (9, 2)), {LINEAR}),
     ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), {LINEAR, ND_PAD}),
-    ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (9, 4)), {LINEAR, ND_PAD}),
-    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (9, 3)), {LINEAR}),  # bf16 selects
+    ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (9, 4)), {LINEAR}),
+    ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, 9, 2), 2), {LINEAR, ND_PAD}),
+    ((4, 5), np.float32, plans.gather_nd_plan((4, 5), (4, 9, 1), 1), {LINEAR, ND_PAD}),
+    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), {LINEAR}),  # bf16 selects
     ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), {LINEAR}),
     ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (5, 40), 1), {LINEAR}),
     ((40,), np.float32, plans.gather_plan((40,), (9,), 0), set()),  # one dim already
-    ((40,), np.float32, plans.gather_nd_plan((40,), (9, 1)), {ND_PAD}),
-    (HUGE, np.int8, plans.gather_nd_plan(HUGE, (9, 2)), {ND_PAD}),  # int32 would wrap, no x64
+    ((40,), np.float32, plans.gather_nd_plan((40,), (9, 1)), set()),
+    (HUGE, np.int8, plans.gather_nd_plan(HUGE, (9, 2)), set()),  # int32 would wrap, no x64
     # Row lookups of at most SHORT_LOOKUP_INDICES index components read their fill from a pad.
     ((100, 512), np.int8, plans.gather_plan((100, 512), (2, S // 2), 0), {LOOKUP_PAD}),
     ((100, 512), np.int8, plans.gather_plan((100, 512), (S + 1,), 0), set()),
@@ -76,7 +79,7 @@ def test_which_plans_take_which_lowering(shape, dtype, plan, expected):
 def test_int64_linear_offsets_need_x64():
     with enable_x64(True):
         assert _cpu.lowering(plans.gather_nd_plan(HUGE, (9, 2)), HUGE, np.int8).names == (
-            {LINEAR, ND_PAD} if ON else set()
+            {LINEAR} if ON else set()
         )
 
 
@@ -147,8 +150,8 @@ def test_only_the_cpu_program_holds_the_lowering(what, fn, data, indices, find, 
 
 @needs_cpu_lowerings
 def test_only_the_cpu_program_reads_the_fill_from_a_pad():
-    data, indices = np.zeros((6, 7), np.float32), np.zeros((30, 2), np.int32)
-    fn = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
+    data, indices = np.zeros((3, 6, 7), np.float32), np.zeros((3, 30, 2), np.int32)
+    fn = lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")
     for platform in ("cpu", "cuda", "tpu"):
         module = module_for(fn, (data, indices), platform)
         assert module.count('"stablehlo.gather"') == 1, module
@@ -167,8 +170,8 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
                  _grad(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="clip"))),
         MOVED: ((6, 300), make_wild_indices((200,), 300, np.int32, 3),
                 _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip"))),
-        ND_PAD: ((6, 7), make_wild_indices((30, 2), (6, 7), np.int32, 4),
-                 lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
+        ND_PAD: ((3, 6, 7), make_wild_indices((3, 30, 2), (6, 7), np.int32, 4),
+                 lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")),
         LOOKUP_PAD: ((600, 300), make_wild_indices((20,), 600, np.int32, 5),
                      lambda d, i: jax_gather.gather(d, i, mode="fill")),
     }[name]  # fmt: skip

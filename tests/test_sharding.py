@@ -110,14 +110,12 @@ def test_no_cpu_lowering_pads_or_flattens_data_on_a_mesh(report):
     r = _record(report, "cpu_lowerings")
     # On one device these would read the fill from a pad of data and scatter the gradient by
     # one linear index into data flattened; with data sharded, either would move it.
-    assert r["names"] == {"gather_nd scalars": [], "gather_elements": [], "short lookup": []}
-    # GatherND's second indexed dim is sharded: each device gathers what it holds and an
+    assert r["names"] == {"gather_nd batch_dims=1": [], "gather_elements": [], "short lookup": []}
+    # GatherND's first indexed dim is sharded: each device gathers what it holds and an
     # all-reduce sums the output, as for any indexed dim; nothing moves data's blocks.
-    assert r["gather_nd scalars"] == ["all-reduce"], r
-    assert (
-        "all-gather" not in r["gather_nd scalars backward"]
-        and "collective-permute" not in r["gather_nd scalars backward"]
-    ), r
+    assert r["gather_nd batch_dims=1"] == ["all-reduce"], r
+    moved = ("all-gather", "collective-permute")
+    assert not set(moved) & set(r["gather_nd batch_dims=1 backward"]), r
     assert r["short lookup"] == [], r  # a table sharded by columns: local
 
 
