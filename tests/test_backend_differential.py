@@ -216,6 +216,7 @@ def chains(draw, opset):
     return data, build, direct
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opset", OPSETS)
 @given(case=st.data())
 def test_random_chains_against_onnxruntime(opset, case):

@@ -112,6 +112,7 @@ def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     assert out_png.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_sync_dispatch_is_set_before_the_first_computation(tmp_path):
     # In a child: the setting is process-wide, and read once, when the CPU client is created.
     out_json = tmp_path / "r.json"
@@ -127,6 +128,7 @@ def test_sync_dispatch_is_set_before_the_first_computation(tmp_path):
     assert json.loads(out_json.read_text())["sync_dispatch"] is True
 
 
+@pytest.mark.slow
 def test_compare_allocator_measures_glibc_defaults_in_a_child(tmp_path, capsys, monkeypatch):
     from jax_gather import allocator
 

@@ -320,8 +320,21 @@ def test_gradients_match_the_reference(op, shape, indices, attribute, mode):
     np.testing.assert_allclose(np.asarray(d_data), expected, rtol=1e-5, atol=1e-5)
     expected_fill = cotangent[positions < 0].sum() if mode == "fill" else 0.0
     np.testing.assert_allclose(float(d_fill), expected_fill, rtol=1e-4, atol=1e-4)
-    # Forward and reverse mode to second order. The op is linear in data and in the fill, so a
-    # finite difference of step 1 is exact but for float32 rounding.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fill", "clip"])
+@pytest.mark.parametrize(
+    "op, shape, indices, attribute", GRAD_CASES, ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_gradients_to_second_order(op, shape, indices, attribute, mode):
+    # Forward and reverse mode. The op is linear in data and in the fill, so a finite difference
+    # of step 1 is exact but for float32 rounding.
+    rng = np.random.default_rng(8)
+    data = rng.standard_normal(shape).astype(np.float32)
+    fn = getattr(jax_gather, op)
+    cotangent = rng.standard_normal(fn(data, indices, attribute, mode=mode).shape).astype(np.float32)
+    loss = lambda d, fill: jnp.sum(fn(d, indices, attribute, mode=mode, fill_value=fill) * cotangent)
     check_grads(loss, (data, np.float32(-2.0)), order=2, modes=("fwd", "rev"), eps=1.0, atol=1e-3, rtol=1e-3)
 
 

@@ -65,6 +65,7 @@ def test_notebook_is_committed_with_its_outputs(name):
             )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FOUND)
 def test_notebook_executes_without_error(name):
     # Raises CellExecutionError, with the failing cell and its traceback, at the first error.

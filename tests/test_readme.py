@@ -38,6 +38,7 @@ def test_the_readme_has_script_blocks():
     assert len(BLOCKS) >= 2  # shard_map and explicit sharding
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.strip().splitlines()[-1][:40] for b in BLOCKS])
 def test_block_runs(block):
     missing = _missing(block)

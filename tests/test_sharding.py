@@ -20,6 +20,9 @@ from tests import sharding_cases as cases
 from tests.compat import JAX_VERSION
 from tests.programs import run_with_cpu_devices
 
+# One child process with eight simulated devices runs every case: end to end, so in the slow tier.
+pytestmark = pytest.mark.slow
+
 HAS_EXPLICIT_AXES = hasattr(getattr(jax.sharding, "AxisType", None), "Explicit")
 
 
