@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan, gather_plan
 
 PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
@@ -86,7 +87,7 @@ GENERIC = Lowering()
 
 def lowering(plan: GatherPlan, shape: tuple, dtype: Any) -> Lowering:
     """The CPU lowering of ``plan`` for data of ``shape`` and ``dtype`` (cached)."""
-    x64 = bool(jax.config.read("jax_enable_x64"))
+    x64 = x64_on()
     return _choose(plan, tuple(shape), np.dtype(dtype), x64, _cpu_devices(), _disabled)
 
 

@@ -7,22 +7,14 @@ import numpy as np
 from hypothesis import strategies as st
 
 DATA_DTYPES = [
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    ml_dtypes.bfloat16,
-    np.float32,
-    np.float64,
-    np.complex64,
-    np.complex128,
-]
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64, np.complex128,
+]  # fmt: skip
+# The data dtypes every onnxruntime CPU gather kernel accepts from NumPy.
+ORT_DTYPES = [
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64,
+]  # fmt: skip
 INDEX_DTYPES = [np.int32, np.int64, np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64]
 
 dims = st.integers(min_value=0, max_value=4)

@@ -22,23 +22,9 @@ from onnx import printer
 from jax_gather import backend
 from tests.compat import enable_x64
 from tests.onnx_models import GraphBuilder, onnxruntime_session
-from tests.strategies import make_data, make_indices, make_strings
+from tests.strategies import ORT_DTYPES, make_data, make_indices, make_strings
 
-ORT_DTYPES = [
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-    "string",
-]
+DTYPES = [*ORT_DTYPES, "string"]
 OPSETS = [1, 11, 12, 13, 18]
 SOURCES = ["input", "initializer", "constant"]
 
@@ -115,9 +101,7 @@ def _fixed_chain(data, opset, sources=("input", "initializer", "constant", "inpu
 
 
 @pytest.mark.parametrize("opset", [1, 11, 12, 13])
-@pytest.mark.parametrize(
-    "dtype", ORT_DTYPES, ids=[np.dtype(d).name if d != "string" else d for d in ORT_DTYPES]
-)
+@pytest.mark.parametrize("dtype", DTYPES, ids=[np.dtype(d).name if d != "string" else d for d in DTYPES])
 def test_every_dtype_through_a_chain(dtype, opset):
     data = _data((3, 4, 2), dtype, seed=0)
     b, model = _fixed_chain(data, opset)
@@ -151,7 +135,7 @@ def chains(draw, opset):
     data of that shape and ``direct`` says whether onnxruntime's string kernels are right
     for it (no Gather reads a slice of more than one string)."""
     ops = ("Gather",) if opset < 11 else ("Gather", "GatherElements", "GatherND")
-    dtype = draw(st.sampled_from(ORT_DTYPES))
+    dtype = draw(st.sampled_from(DTYPES))
     seed = draw(st.integers(0, 2**16))
     shape = tuple(draw(st.integers(1, 4)) for _ in range(draw(st.integers(1, 3))))
     data = _data(shape, dtype, seed)

@@ -10,23 +10,15 @@ from hypothesis import given, note, strategies as st
 import jax_gather
 from tests.compat import enable_x64
 from tests.onnx_models import one_node_model, run_onnxruntime, run_reference
-from tests.strategies import gather_cases, gather_elements_cases, gather_nd_cases, make_data, make_indices
+from tests.strategies import (
+    ORT_DTYPES,
+    gather_cases,
+    gather_elements_cases,
+    gather_nd_cases,
+    make_data,
+    make_indices,
+)
 
-# dtypes all of onnxruntime's CPU gather kernels accept from numpy
-ORT_DTYPES = [
-    np.float32,
-    np.float64,
-    np.float16,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.bool_,
-]
 INDEX = (np.int32, np.int64)
 
 
