@@ -161,6 +161,7 @@ def _choose(
     # Not for bfloat16. Fact: XLA:CPU gathers bfloat16 as float32 between two converts, which in
     # the padded loop widen and round each element on its own (measured slower than the select).
     pads = one_device and dtype != jnp.bfloat16
+    # Not after rows in bytes either: their bitcast keeps XLA from fusing the pad (data would be copied).
     short_lookup = not elements and forward is None and _index_components(plan) <= SHORT_LOOKUP_INDICES
     batched_nd_elements = (
         elements and plan.tuple_indices and bool(plan.dimension_numbers.operand_batching_dims)
