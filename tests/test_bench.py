@@ -87,22 +87,13 @@ def test_page_faults_are_counted():
     assert bench._page_faults_per_call(lambda: None, 3) < 1000
 
 
+# The bench command on one small case, once, forward only.
+ONE_QUICK_CASE = ["bench", "--quick", "--only", "gather axis 1", "--rounds", "1", "--no-backward"]
+
+
 def test_bench_command_writes_json_and_plot(tmp_path, capsys):
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
-    argv = [
-        "bench",
-        "--quick",
-        "--only",
-        "gather axis 1",
-        "--rounds",
-        "1",
-        "--no-backward",
-        "--no-tune-allocator",
-        "--json",
-        str(out_json),
-        "--plot",
-        str(out_png),
-    ]
+    argv = [*ONE_QUICK_CASE, "--no-tune-allocator", "--json", str(out_json), "--plot", str(out_png)]
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
     assert "allocator: glibc defaults" in text and "geometric mean" in text
@@ -118,8 +109,7 @@ def test_sync_dispatch_is_set_before_the_first_computation(tmp_path):
     out_json = tmp_path / "r.json"
     script = (
         "import jax\nfrom jax_gather import cli\n"
-        "argv = ['bench', '--quick', '--only', 'gather axis 1', '--rounds', '1', '--no-backward',"
-        f" '--no-tune-allocator', '--sync-dispatch', '--json', {str(out_json)!r}]\n"
+        f"argv = {[*ONE_QUICK_CASE, '--no-tune-allocator', '--sync-dispatch', '--json', str(out_json)]!r}\n"
         "assert cli.main(argv) == 0\n"
         "print('async after:', jax.config.read('jax_cpu_enable_async_dispatch'))\n"
     )
@@ -137,18 +127,7 @@ def test_compare_allocator_measures_glibc_defaults_in_a_child(tmp_path, capsys, 
         allocator, "tune_cpu_allocator", lambda: allocator.AllocatorTuning(True, (("M_ARENA_MAX", 1),))
     )
     out_json = tmp_path / "r.json"
-    argv = [
-        "bench",
-        "--quick",
-        "--only",
-        "gather axis 1",
-        "--rounds",
-        "1",
-        "--no-backward",
-        "--compare-allocator",
-        "--json",
-        str(out_json),
-    ]
+    argv = [*ONE_QUICK_CASE, "--compare-allocator", "--json", str(out_json)]
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
     assert "allocator: tuned (M_ARENA_MAX=1)" in text

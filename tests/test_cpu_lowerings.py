@@ -304,17 +304,24 @@ GRAD_CASES = [
 # fmt: on
 
 
-@pytest.mark.parametrize("mode", ["fill", "clip"])
-@pytest.mark.parametrize(
-    "op, shape, indices, attribute", GRAD_CASES, ids=lambda v: v if isinstance(v, str) else ""
-)
-def test_gradients_match_the_reference(op, shape, indices, attribute, mode):
+def _loss(op, shape, indices, attribute, mode):
+    """Random data, the positions the reference reads, a random cotangent, and
+    ``loss(data, fill) = sum(op(data, indices, attribute, mode, fill) * cotangent)``."""
     rng = np.random.default_rng(8)
     data = rng.standard_normal(shape).astype(np.float32)
     fn = getattr(jax_gather, op)
     positions = _read_positions(op, shape, indices, attribute, mode)
     cotangent = rng.standard_normal(positions.shape).astype(np.float32)
     loss = lambda d, fill: jnp.sum(fn(d, indices, attribute, mode=mode, fill_value=fill) * cotangent)
+    return data, positions, cotangent, loss
+
+
+@pytest.mark.parametrize("mode", ["fill", "clip"])
+@pytest.mark.parametrize(
+    "op, shape, indices, attribute", GRAD_CASES, ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_gradients_match_the_reference(op, shape, indices, attribute, mode):
+    data, positions, cotangent, loss = _loss(op, shape, indices, attribute, mode)
     d_data, d_fill = jax.jit(jax.grad(loss, argnums=(0, 1)))(data, jnp.float32(-2.0))
     expected = _reference_grad(positions, shape, cotangent)
     np.testing.assert_allclose(np.asarray(d_data), expected, rtol=1e-5, atol=1e-5)
@@ -330,11 +337,7 @@ def test_gradients_match_the_reference(op, shape, indices, attribute, mode):
 def test_gradients_to_second_order(op, shape, indices, attribute, mode):
     # Forward and reverse mode. The op is linear in data and in the fill, so a finite difference
     # of step 1 is exact but for float32 rounding.
-    rng = np.random.default_rng(8)
-    data = rng.standard_normal(shape).astype(np.float32)
-    fn = getattr(jax_gather, op)
-    cotangent = rng.standard_normal(fn(data, indices, attribute, mode=mode).shape).astype(np.float32)
-    loss = lambda d, fill: jnp.sum(fn(d, indices, attribute, mode=mode, fill_value=fill) * cotangent)
+    data, _, _, loss = _loss(op, shape, indices, attribute, mode)
     check_grads(loss, (data, np.float32(-2.0)), order=2, modes=("fwd", "rev"), eps=1.0, atol=1e-3, rtol=1e-3)
 
 
