@@ -38,7 +38,9 @@ from jax_gather import _bounds, _cpu, _lowering, bench, plans
 from jax_gather._x64 import x64_enabled
 
 Fn = Callable[[jax.Array, jax.Array], jax.Array]
-CASES = {case.name: case for case in bench.CASES}
+# The benchmark's cases, and one short lookup (64 ids: the overhead section's kind of call).
+SHORT_LOOKUP = bench.Case("gather axis 0, 64 ids", "gather", 0, (50000, 512), (64,))
+CASES = {case.name: case for case in (*bench.CASES, SHORT_LOOKUP)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Choice:
     """
 
     name: str
-    case: str  # a name in bench.CASES
+    case: str  # a name in CASES
     what: str  # "default mode", "promise_in_bounds", or "backward" (gradient, default mode)
     without: tuple[str, ...] = ()
     chosen: Fn | None = None  # default: the library's op in the mode ``what`` says

@@ -8,6 +8,7 @@ read of row 1 after a wrap to int32.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -21,6 +22,7 @@ from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
 
 _INT32 = np.iinfo(np.int32)
+INT32_MAX = int(_INT32.max)
 
 
 @functools.lru_cache(maxsize=64)
@@ -71,6 +73,61 @@ def raise_if_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> None:
         tuple_pos = _position((*pos[:-1], ":"))
         message += f"; it is component {component} of the index tuple {tuple_pos}"
     raise fail(IndexError, plan.op_name, message)
+
+
+_UNSIGNED = {np.dtype(f"i{n}"): np.dtype(f"u{n}") for n in (1, 2, 4, 8)}
+
+
+def in_range_on_host(plan: GatherPlan, indices: np.ndarray) -> bool:
+    """Whether every index of concrete ``indices`` is in [0, s-1] of its axis: one pass, as one
+    maximum per component of the indices viewed unsigned (a negative index becomes huge)."""
+    return in_range_test(plan, indices.dtype, indices.size)(indices)
+
+
+@functools.lru_cache(maxsize=256)
+def in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[np.ndarray], bool]:
+    """:func:`in_range_on_host` for indices of this dtype and size, with everything that does
+    not depend on their values worked out once."""
+    if size == 0:
+        return lambda indices: True
+    unsigned = _UNSIGNED.get(dtype, dtype)
+    # The bound below which an index viewed unsigned is in [0, s-1]: s, or for a signed dtype
+    # whose non-negative values are all below s, where its negatives start (2**(bits-1)).
+    limit = int(np.iinfo(dtype).max) + 1 if dtype in _UNSIGNED else None
+    bounds = [s if limit is None else min(s, limit) for s in plan.index_sizes]
+    if not plan.tuple_indices:
+        (bound,) = bounds
+        return lambda indices: int(indices.view(unsigned).max()) < bound
+
+    def test(indices: np.ndarray) -> bool:
+        view = indices.view(unsigned)
+        highs = view.reshape(-1, view.shape[-1]).max(axis=0)
+        return all(int(high) < bound for high, bound in zip(highs, bounds))
+
+    return test
+
+
+def normalised_on_host(plan: GatherPlan, indices: np.ndarray) -> np.ndarray | None:
+    """Concrete ``indices`` with each negative index moved into [0, s-1] (a new array, in the
+    indices' dtype where it holds every s, else int64), or None where one is out of bounds:
+    an index in [-s, s-1] lands in [0, s-1] and any other outside it, so one pass over the
+    result judges them all."""
+    moved = indices + (indices < 0) * _host_sizes(plan, indices.dtype)
+    return moved if in_range_on_host(plan, moved) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _host_sizes(plan: GatherPlan, dtype: np.dtype) -> Any:
+    """The axis sizes in ``dtype`` where it holds them all, else in int64: one per index
+    component, or a scalar for one index per element."""
+    fits = max(plan.index_sizes) <= np.iinfo(dtype).max
+    sizes = np.asarray(plan.index_sizes, dtype if fits else np.int64)
+    return sizes if plan.tuple_indices else sizes[0]
+
+
+def any_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> bool:
+    """Whether some index of concrete ``indices`` is outside [-s, s-1] of its axis."""
+    return indices.size != 0 and not _all_in_bounds(plan, indices)
 
 
 def _all_in_bounds(plan: GatherPlan, indices: np.ndarray) -> bool:
@@ -134,6 +191,12 @@ def in_bounds_mask(plan: GatherPlan, indices: jax.Array) -> jax.Array:
     """Per-element (per index component for GatherND) in-bounds mask of the raw indices."""
     u, sizes = _unsigned_parts(plan, indices)
     return u + sizes < sizes + sizes  # exact for every index and every size below 2**(bits-1)
+
+
+def in_range_mask(plan: GatherPlan, indices: jax.Array) -> jax.Array:
+    """Per-element (per index component) mask of the raw indices that are in [0, s-1]."""
+    u, sizes = _unsigned_parts(plan, indices)
+    return u < sizes
 
 
 def in_bounds(plan: GatherPlan, indices: Any) -> jax.Array:
@@ -234,6 +297,14 @@ def index_vectors(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bo
     """``working_indices`` with the index-vector dim the gather expects."""
     idx = working_indices(plan, indices, clip, past_end)
     return idx if plan.tuple_indices else idx[..., None]
+
+
+def in_range_vectors(plan: GatherPlan, indices: jax.Array) -> jax.Array:
+    """Index vectors from indices known to be in [0, s-1]: taken as they are (no arithmetic),
+    only widened from a narrow or unsigned dtype to the signed one the gather reads."""
+    if indices.dtype not in (jnp.int32, jnp.int64):
+        indices = indices.astype(_index_dtype(plan))
+    return indices if plan.tuple_indices else indices[..., None]
 
 
 def narrow_host_indices(indices: np.ndarray) -> np.ndarray:

@@ -148,7 +148,11 @@ def _choose(
     elements = not plan.dimension_numbers.offset_dims  # every output element one element of data
     forward = derivative = fill = None
 
-    if use("short_rows_in_bytes", _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS):
+    # Not for a short lookup. Fact: XLA's cost analysis counts the bitcasts' shifts on every
+    # element of data, which sends the program over INLINE_FLOPS to a worker thread, a handoff
+    # that costs more than the few rows a short lookup copies.
+    short_rows = _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
+    if use("short_rows_in_bytes", short_rows and _index_components(plan) > SHORT_LOOKUP_INDICES):
         forward = functools.partial(_rows_in_units, unit=jnp.uint4 if dtype.itemsize == 1 else jnp.uint8)
 
     linear = _linear_index_dtype(shape, x64) if elements and len(shape) >= 2 and one_device else None
@@ -161,8 +165,7 @@ def _choose(
     # Not for bfloat16. Fact: XLA:CPU gathers bfloat16 as float32 between two converts, which in
     # the padded loop widen and round each element on its own (measured slower than the select).
     pads = one_device and dtype != jnp.bfloat16
-    # Not after rows in bytes either: their bitcast keeps XLA from fusing the pad (data would be copied).
-    short_lookup = not elements and forward is None and _index_components(plan) <= SHORT_LOOKUP_INDICES
+    short_lookup = not elements and _index_components(plan) <= SHORT_LOOKUP_INDICES
     batched_nd_elements = (
         elements and plan.tuple_indices and bool(plan.dimension_numbers.operand_batching_dims)
     )

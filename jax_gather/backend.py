@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,9 +38,10 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("jax_gather.backend needs the onnx package: pip install 'jax_gather[onnx]'") from error
 
-from jax_gather import _strings, ops
+from jax_gather import _bounds, _eager, _strings, ops
 from jax_gather._checks import fail
 from jax_gather._x64 import x64_enabled
+from jax_gather.plans import gather_elements_plan, gather_nd_plan, gather_plan
 
 __all__ = [
     "SUPPORTED_OPS",
@@ -53,6 +55,7 @@ __all__ = [
 ]
 
 _GATHERS = {"Gather": ops.gather, "GatherElements": ops.gather_elements, "GatherND": ops.gather_nd}
+_PLANS = {"Gather": gather_plan, "GatherElements": gather_elements_plan, "GatherND": gather_nd_plan}
 SUPPORTED_OPS = ("Constant", "Gather", "GatherElements", "GatherND", "Identity")
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _MODEL = "ONNX model"  # the subject of errors about the model as a whole
@@ -86,6 +89,7 @@ class _Node:
     fn: Callable[..., Any]
     inputs: tuple[str, ...]
     output: str
+    attribute: int = 0  # axis, or batch_dims for GatherND
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +107,7 @@ class JaxGatherRep(BackendRep):
     def __init__(self, graph: _Graph, device: jax.Device) -> None:
         self._graph = graph
         self._device = device
+        self._program = _Program(graph, device) if _Program.can_run(graph) else None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -114,7 +119,13 @@ class JaxGatherRep(BackendRep):
         return self._graph.outputs
 
     def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:  # type: ignore[override]  # a list, as onnxruntime.backend's
-        """Evaluates the model eagerly, with exact ONNX dtypes.
+        """Evaluates the model with exact ONNX dtypes.
+
+        The graph runs as one jitted program (compiled once per shape of the inputs), after a
+        bounds test of every index input on the host; a node whose indices the graph computes
+        is tested in the program, and one flag comes back. Out-of-bounds indices raise
+        ``IndexError`` naming the node, as ONNX says. Graphs with string tensors run node by
+        node (strings are gathered on the host).
 
         Args:
           inputs: a list or tuple of arrays in the order of :attr:`input_names`, a dict by
@@ -127,8 +138,12 @@ class JaxGatherRep(BackendRep):
         """
         _no_options("run", kwargs)
         feeds = _feeds(self._graph, inputs)
-        with x64_enabled(), jax.default_device(self._device):
-            return [np.array(value) for value in _evaluate(self._graph, feeds)]
+        with x64_enabled():
+            outputs = self._program.run(feeds) if self._program is not None else None
+            if outputs is None:
+                with jax.default_device(self._device):
+                    outputs = _evaluate(self._graph, feeds)
+            return [np.array(value) for value in outputs]
 
 
 def prepare(model: Any, device: str = "CPU", **kwargs: Any) -> JaxGatherRep:
@@ -342,7 +357,8 @@ def _compile(model: Any) -> _Graph:
             fn = _identity
         else:  # the attributes are named as the ops' keyword arguments (axis, batch_dims)
             fn = functools.partial(_GATHERS[node.op_type], **attributes)
-        nodes.append(_Node(label, node.op_type, fn, tuple(node.input), node.output[0]))
+        attribute = next(iter(attributes.values()), 0)
+        nodes.append(_Node(label, node.op_type, fn, tuple(node.input), node.output[0], attribute))
         types[node.output[0]] = types[node.input[0]]
     _check_outputs(graph, types)
     return _Graph(
@@ -617,6 +633,139 @@ def _evaluate(graph: _Graph, feeds: Mapping[str, Any]) -> tuple[Any, ...]:
                 raise
             raise located from error
     return tuple(env[name] for name in graph.outputs)
+
+
+class _Step(NamedTuple):
+    """A gather node of a program, for one signature of its sources."""
+
+    plan: Any
+    source: str | None  # the input or constant its indices are (through Identity nodes), if any
+    in_range: Callable[[np.ndarray], bool] | None  # the host test of those indices
+
+
+class _Program:
+    """A checked graph as one jitted program: ``run(feeds)`` gives the outputs as JAX arrays,
+    or None where the graph must run node by node to raise its error.
+
+    For each shape of the inputs, the plans of its gather nodes come from the shapes alone
+    (``plans``, nothing runs). Indices that are inputs or constants are tested on the host
+    before the program runs (one pass each where every index is in [0, s-1]; those are then
+    gathered as they are, the rest normalised); indices that nodes compute are tested in the
+    program, which returns one flag for all of them. Any failure, of a test or of a plan,
+    sends the run node by node (``_evaluate``), which raises the op's error naming the node.
+    """
+
+    _IN_PROGRAM = "checked in the program"
+
+    def __init__(self, graph: _Graph, device: jax.Device) -> None:
+        self._graph = graph
+        self._device = device
+        # Initializers a run may override (listed as graph inputs) and those it may not.
+        self._sources = graph.inputs + tuple(name for name in graph.constants if name not in graph.inputs)
+        self._constants: dict[str, jax.Array] | None = None
+        self._steps: dict[tuple, tuple[_Step, ...] | None] = {}
+        self._jitted = jax.jit(self._trace, static_argnames="modes")
+
+    @staticmethod
+    def can_run(graph: _Graph) -> bool:
+        """Whether the graph can be one program: no string tensors (JAX has no string dtype)."""
+        strings = any(t == TensorProto.STRING for t in graph.input_types.values())
+        return not strings and not any(_strings.is_string_dtype(c.dtype) for c in graph.constants.values())
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> tuple[jax.Array, ...] | None:
+        if self._constants is None:  # on the device once, not on every run
+            self._constants = {k: jax.device_put(v, self._device) for k, v in self._graph.constants.items()}
+        constants, on_cpu = self._graph.constants, self._device.platform == "cpu"
+        values = tuple(
+            _eager.aligned_for_cpu(feeds[n], on_cpu) if n in feeds else self._constants[n]
+            for n in self._sources
+        )
+        steps = self._plan(tuple((v.shape, v.dtype) for v in values))
+        if steps is None:
+            return None
+        modes, normalised = [], []
+        for plan, source, in_range in steps:
+            mode, replacement = self._IN_PROGRAM, None
+            if source is not None and in_range is not None:
+                indices = feeds[source] if source in feeds else constants[source]
+                if in_range(indices):
+                    mode = "in_range"
+                elif indices.size <= _eager.HOST_NORMALISED_INDICES:
+                    replacement = _bounds.normalised_on_host(plan, indices)
+                    if replacement is None:
+                        return None  # out of bounds
+                    replacement = _eager.aligned_for_cpu(replacement, on_cpu)
+                    mode = "in_range"
+                elif _bounds.any_out_of_bounds(plan, indices):
+                    return None
+                else:  # normalised in the program, fused with the gather
+                    mode = "promise_in_bounds"
+            modes.append(mode)
+            normalised.append(replacement)
+        outputs, ok = self._jitted(values, tuple(normalised), modes=tuple(modes))
+        if ok is not None and not bool(ok):  # the one value read back before the outputs
+            return None
+        return outputs
+
+    def _plan(self, signature: tuple) -> tuple[_Step, ...] | None:
+        """Each gather node's step, for sources of these (shape, dtype); None where a plan
+        fails (the node's error is due)."""
+        if signature in self._steps:
+            return self._steps[signature]
+        shapes = {name: shape for name, (shape, _) in zip(self._sources, signature)}
+        dtypes = {name: dtype for name, (_, dtype) in zip(self._sources, signature)}
+        origin = {name: name for name in self._sources}  # through Identity nodes
+        steps: list[_Step] = []
+        result: tuple[_Step, ...] | None
+        for node in self._graph.nodes:
+            if node.op_type == "Identity":
+                shapes[node.output] = shapes[node.inputs[0]]
+                if node.inputs[0] in origin:
+                    origin[node.output] = origin[node.inputs[0]]
+                continue
+            data, indices = node.inputs
+            try:
+                plan = _PLANS[node.op_type](shapes[data], shapes[indices], node.attribute)
+            except (ValueError, TypeError, IndexError):
+                result = None
+                break
+            shapes[node.output] = plan.output_shape
+            source = origin.get(indices)
+            test = (
+                None
+                if source is None
+                else _bounds.in_range_test(plan, dtypes[source], math.prod(shapes[source]))
+            )
+            steps.append(_Step(plan, source, test))
+        else:
+            result = tuple(steps)
+        if len(self._steps) >= 64:
+            self._steps.clear()
+        self._steps[signature] = result
+        return result
+
+    def _trace(
+        self, values: tuple, normalised: tuple, *, modes: tuple[str, ...]
+    ) -> tuple[tuple[jax.Array, ...], Any]:
+        """The graph on ``values`` (one per source); a gather node's indices are replaced by
+        its entry of ``normalised`` where that is not None."""
+        env = dict(zip(self._sources, values))
+        flags = []
+        step = iter(zip(modes, normalised))
+        for node in self._graph.nodes:
+            if node.op_type == "Identity":
+                env[node.output] = env[node.inputs[0]]
+                continue
+            mode, replacement = next(step)
+            data = env[node.inputs[0]]
+            indices = env[node.inputs[1]] if replacement is None else replacement
+            plan = _PLANS[node.op_type](data.shape, indices.shape, node.attribute)
+            if mode == self._IN_PROGRAM:
+                flags.append(jnp.all(_bounds.in_bounds(plan, indices)))
+                mode = "promise_in_bounds"
+            env[node.output] = ops._apply(data, indices, None, plan=plan, mode=mode)
+        ok = jnp.all(jnp.stack(flags)) if flags else None
+        return tuple(env[name] for name in self._graph.outputs), ok
 
 
 def _in_node(error: Exception, node: _Node) -> Exception:

@@ -18,9 +18,9 @@ backward pass (gradient w.r.t. data) against jnp's, and the page faults per call
 The command applies :func:`jax_gather.tune_cpu_allocator` first (``--no-tune-allocator`` does
 not); ``--compare-allocator`` measures every case a second time in a fresh child process with
 glibc's defaults and prints both side by side. JAX's dispatch is left at its default
-(asynchronous) unless ``--sync-dispatch`` is given. Two short calls, a lookup of 64 ids, show
-what fixed costs per call weigh: one jitted, one with every JAX contender called eagerly. They
-are reported apart, with their ratio to jnp, and left out of the geometric mean.
+(asynchronous) unless ``--sync-dispatch`` is given. What small calls cost around the gather
+(eager calls, small jitted programs, a prepared ONNX model's run) is the overhead section that
+follows the table, by the same method (:mod:`jax_gather.bench_overhead`).
 """
 
 from __future__ import annotations
@@ -54,10 +54,6 @@ class Case:
     negative: bool = False  # draw from [-s, s-1] rather than [0, s-1]
     dtype: str = "float32"
     vmapped: bool = False  # the op is vmapped over the leading dim of data and indices
-    eager: bool = False  # the JAX contenders are called op by op, not jitted
-    # A call so short that fixed costs per call decide it, not the gather: reported apart, and
-    # not in the geometric mean (NumPy, with no dispatch at all, is its fastest peer).
-    short: bool = False
     quick: bool = False
 
     def scaled(self, divisor: int) -> Case:
@@ -103,12 +99,7 @@ def _cases() -> list[Case]:
         for c in base[:6]
         for dt in ("bfloat16", "int8")
     ]
-    # One batch of 64 tokens: a call short enough that the runtime's fixed costs decide it.
-    small = [
-        Case("gather axis 0, 64 ids", "gather", 0, (50000, 512), (64,), short=True),
-        Case("gather axis 0, 64 ids, eager", "gather", 0, (50000, 512), (64,), eager=True, short=True),
-    ]
-    return base + variants + small
+    return base + variants
 
 
 CASES = _cases()
@@ -229,17 +220,16 @@ def _contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, 
         fn = lambda d, i: op(d, i, case.attribute, mode=mode)
         return jax.vmap(fn) if case.vmapped else fn
 
-    compiled = (lambda f: f) if case.eager else jax.jit
+    compiled = jax.jit
     fns = {
         "jax_gather": compiled(ours("checked")),
         "jax_gather[promise]": compiled(ours("promise_in_bounds")),
         "jax_gather[fill]": compiled(ours("fill")),
         "jnp": compiled(_jnp_equivalent(case)),
     }
-    if not case.eager:
-        # The default mode compiled a second time: the same machine code at other addresses,
-        # timed as a contender, measures how far apart this run puts two identical programs.
-        fns[SAME_PROGRAM] = compiled(ours("checked"))
+    # The default mode compiled a second time: the same machine code at other addresses,
+    # timed as a contender, measures how far apart this run puts two identical programs.
+    fns[SAME_PROGRAM] = compiled(ours("checked"))
     calls: dict[str, Callable[[], Any]] = {
         name: functools.partial(_ready, f, d, i) for name, f in fns.items()
     }
@@ -261,7 +251,7 @@ def _backward_contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> d
 
     import jax_gather
 
-    if case.eager or (not np.issubdtype(np.dtype(data.dtype), np.floating) and data.dtype.name != "bfloat16"):
+    if not np.issubdtype(np.dtype(data.dtype), np.floating) and data.dtype.name != "bfloat16":
         return {}
     op = getattr(jax_gather, case.op)
     ours = lambda d, i: op(d, i, case.attribute)
@@ -405,7 +395,6 @@ def run_case(
         "ratio_vs_round_min": _median_ratio(times["jax_gather"], np.min([times[p] for p in peers], axis=0)),
         "ratio_promise": _median_ratio(times["jax_gather[promise]"], best),
         "ratio_vs_jnp": _median_ratio(times["jax_gather"], times["jnp"]),
-        "short": case.short,
         "checked_over_fill": _median_ratio(times["jax_gather"], times["jax_gather[fill]"]),
         "bandwidth_GBps": moved / medians["jax_gather"] / 1e9,
         "memcpy_GBps": _memcpy_bandwidth(out_bytes, reps) / 1e9,
@@ -476,27 +465,21 @@ def _format_table(rows: list[dict[str, Any]]) -> str:
     )
     if untuned:
         head += f" | {'glibc ms':>8s} {'ratio':>6s} {'faults':>6s}"
-    gathers = [r for r in rows if not r.get("short")]
-    short = [r for r in rows if r.get("short")]
-    lines = [head, "-" * len(head)] + [_format_row(r, untuned) for r in gathers]
-    if short:
-        lines.append("short calls (fixed costs per call decide; not in the geometric mean):")
-        lines += [_format_row(r, untuned) for r in short]
+    lines = [head, "-" * len(head)] + [_format_row(r, untuned) for r in rows]
     lines.append("-" * len(head))
-    if gathers:
-        ratios = [r["ratio"] for r in gathers]
+    if rows:
+        ratios = [r["ratio"] for r in rows]
         lines.append(
             f"geometric mean of ratios (jax_gather / best peer): {_geomean(ratios):.2f}; "
             f"worst {max(ratios):.2f}"
         )
-        lines += _verdict_lines(gathers)
-        other = [r["glibc_default"]["ratio"] for r in gathers if "glibc_default" in r]
+        lines += _verdict_lines(rows)
+        other = [r["glibc_default"]["ratio"] for r in rows if "glibc_default" in r]
         if other:
             lines.append(
                 f"the same in a fresh process with glibc's default allocator: "
                 f"{_geomean(other):.2f}; worst {max(other):.2f}"
             )
-    lines += [f"{r['case']}: jax_gather / jnp {r['ratio_vs_jnp']:.2f}" for r in short]
     lines.append(
         "interval: where the median ratio lies, with the confidence printed above (order "
         "statistics of the per-round ratios); A/A: jax_gather / the same program compiled again"
@@ -653,8 +636,22 @@ def main(args: Any) -> int:
     )
     if getattr(args, "compare_allocator", False) and args.tune_allocator:
         _add_glibc_default_rows(rows, args)
-    print(_format_table(rows))
-    result = {"machine": machine, "allocator_tuned": args.tune_allocator, "sync_dispatch": sync, "rows": rows}
+    if rows:
+        print(_format_table(rows))
+    from jax_gather import bench_overhead
+
+    overhead = []
+    if not getattr(args, "no_overhead", False):
+        overhead = bench_overhead.run(quick=args.quick, rounds=args.rounds, only=args.only, settle=settle)
+    if overhead:
+        print(bench_overhead.format_table(overhead))
+    result = {
+        "machine": machine,
+        "allocator_tuned": args.tune_allocator,
+        "sync_dispatch": sync,
+        "rows": rows,
+        "overhead": overhead,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
@@ -673,7 +670,8 @@ def _add_glibc_default_rows(rows: list[dict[str, Any]], args: Any) -> None:
     _progress(0, 1, "the same cases, glibc's default allocator, in a child process")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "glibc_default.json")
-        argv = [sys.executable, "-m", "jax_gather", "bench", "--no-tune-allocator", "--json", out]
+        argv = [sys.executable, "-m", "jax_gather", "bench", "--no-tune-allocator", "--no-overhead"]
+        argv += ["--json", out]
         argv += ["--quick"] * bool(args.quick) + ["--no-backward"] * bool(args.no_backward)
         argv += ["--sync-dispatch"] * bool(getattr(args, "sync_dispatch", False))
         argv += ["--rounds", str(args.rounds)] * bool(args.rounds) + ["--only", args.only] * bool(args.only)
@@ -689,9 +687,7 @@ def _add_glibc_default_rows(rows: list[dict[str, Any]], args: Any) -> None:
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
-    """A bar chart of jax_gather / best peer per case (1.0 = as fast as the best peer), without
-    the short calls, whose ratios to NumPy's dispatch-free call would set its scale."""
-    rows = [r for r in rows if not r.get("short")]
+    """A bar chart of jax_gather / best peer per case (1.0 = as fast as the best peer)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -77,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the ratios (matplotlib)")
     bench.add_argument("--no-backward", action="store_true", help="skip the gradient timings")
     bench.add_argument(
+        "--no-overhead",
+        action="store_true",
+        help="skip the overhead section (eager calls, small jitted programs, a prepared model's run)",
+    )
+    bench.add_argument(
         "--settle-ms",
         type=float,
         metavar="MS",

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather import _bounds, _lowering, _strings
+from jax_gather import _bounds, _eager, _lowering, _strings
 from jax_gather._checks import check_mode, fail
 from jax_gather._x64 import x64_enabled_if
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
@@ -99,7 +99,7 @@ def _apply(
     if fills:
         out = _lowering.gather_or_fill(data, indices, ok, fill, plan)
     else:
-        out = _lowering.gather(data, indices, plan, clip=mode == "clip")
+        out = _lowering.gather(data, indices, plan, clip=mode == "clip", in_range=mode == "in_range")
     chex.assert_shape(out, plan.output_shape)
     return out
 
@@ -113,6 +113,10 @@ def _run(
     mode: str,
     fill_value: Any,
 ) -> jax.Array | np.ndarray:
+    key = _eager.signature(plan_fn, data, indices, attribute, mode, fill_value)
+    call = _eager.lookup(key)
+    if call is not None:  # this signature was checked before: straight to its program
+        return call(data, indices)
     mode = check_mode(op_name, mode)
     data = _as_data(op_name, data)
     if _strings.is_string_dtype(data.dtype):
@@ -124,18 +128,45 @@ def _run(
     fill: Any = _bounds.fill_scalar(op_name, fill_value, dtype)
     if mode not in ("fill", "checked"):
         fill = None
-    if mode == "checked" and concrete is not None:
-        _bounds.raise_if_out_of_bounds(plan, np.asarray(concrete))
-        mode, fill = "promise_in_bounds", None  # proven in bounds: the plain gather suffices
     # A concrete fill is static, as jnp.take's is: no transfer on every call (which would also
     # trip jax.transfer_guard) and no eager dispatch to make it an array. Its bytes are the key,
     # so NaN fills (never equal to themselves) still hit the compilation cache.
     fill_bytes = None
     if isinstance(fill, np.ndarray):
         fill, fill_bytes = None, fill.tobytes()
+    if concrete is not None and fill is None and not isinstance(data, jax.core.Tracer):
+        if isinstance(data, jax.Array):
+            _eager.ARRAY_TYPES.add(type(data))
+        if isinstance(indices, jax.Array):
+            _eager.ARRAY_TYPES.add(type(indices))
+        call = _eager.make_call(plan, mode, _programs(plan, fill_bytes), indices)
+        if key is not None:
+            _eager.remember(key, call)
+        return call(data, indices)
+    if mode == "checked" and concrete is not None:  # concrete indices for traced data
+        host = np.asarray(concrete)
+        if _bounds.in_range_on_host(plan, host):
+            mode = "in_range"  # proven in [0, s-1]: gathered as they are
+        else:
+            _bounds.raise_if_out_of_bounds(plan, host)
+            mode = "promise_in_bounds"  # proven in bounds: normalised, and nothing to fill
+        fill, fill_bytes = None, None
     if isinstance(indices, np.ndarray):
         indices = _bounds.narrow_host_indices(indices)
     return _apply(data, indices, fill, plan=plan, mode=mode, fill_bytes=fill_bytes)
+
+
+@functools.lru_cache(maxsize=256)
+def _programs(plan: GatherPlan, fill_bytes: bytes | None) -> Callable[[str], Any]:
+    """The jitted op for each mode of an eager call with this plan and fill (``fill_bytes`` is
+    read in "fill" only): everything static bound in, so JAX dispatches it on its C++ path."""
+
+    @functools.cache
+    def program(mode: str) -> Any:
+        fill = fill_bytes if mode == "fill" else None
+        return jax.jit(functools.partial(_apply, fill=None, plan=plan, mode=mode, fill_bytes=fill))
+
+    return program
 
 
 def _gather_strings(

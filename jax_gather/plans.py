@@ -50,6 +50,20 @@ class GatherPlan:
     data_block: Shape | None
     output_shape: Shape
 
+    def __post_init__(self) -> None:
+        # Hashed once: a plan is a key of JAX's jit caches and of caches here, looked up on
+        # every call (a dataclass would hash its nested fields each time).
+        object.__setattr__(self, "_hash", hash(self._fields()))
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
+    def __reduce__(self) -> tuple:
+        return (type(self), self._fields())  # rebuilt, and hashed again, where it is loaded
+
     @property
     def tuple_indices(self) -> bool:
         """Whether the last dim of the indices holds index tuples (GatherND), rather than each

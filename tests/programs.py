@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -19,6 +20,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def module_for(fn: Callable[..., Any], args: tuple, platform: str) -> str:
     """The StableHLO text of ``jax.jit(fn)`` exported for one platform (no device needed)."""
     return export.export(jax.jit(fn), platforms=(platform,))(*args).mlir_module()
+
+
+@contextlib.contextmanager
+def counting_compiles() -> Iterator[list[int]]:
+    """Counts the XLA compilations inside the block, in the one element of the list it yields."""
+    count = [0]
+
+    def listener(event: str, duration: float, **kwargs: Any) -> None:
+        count[0] += event == "/jax/core/compile/backend_compile_duration"
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield count
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def bits(x: Any) -> np.ndarray:

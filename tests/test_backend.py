@@ -19,6 +19,7 @@ from jax_gather import backend
 from tests import reference
 from tests.compat import enable_x64
 from tests.onnx_models import GraphBuilder, onnx_node_cases, onnxruntime_session
+from tests.programs import counting_compiles
 
 NODE_CASES = onnx_node_cases()
 
@@ -340,6 +341,69 @@ def test_index_error_in_a_later_node_of_a_chain():
         IndexError, match=re.escape(f"GatherElements node 'n_{out}': indices[0, 0] = 4 is out of bounds")
     ):
         rep.run([np.array([[4, 0]], np.int64)])
+
+
+def _computed_indices_model():
+    """``out = GatherElements(data, Gather(table, picks), axis=1)``: the second node's indices
+    are computed by the first, from a table of int64 columns."""
+    b = GraphBuilder()
+    data = b.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), "input")
+    table = b.tensor(np.array([[0, 3, -1], [9, 1, 2]], np.int64), "initializer")
+    picks = b.tensor(np.array([0, 0, 0], np.int64), "input")
+    out = b.node("GatherElements", [data, b.node("Gather", [table, picks])], axis=1)
+    return b.model([out], 13), out
+
+
+def test_run_is_one_program_per_shape_and_never_node_by_node(monkeypatch):
+    model, _ = _computed_indices_model()
+    rep = backend.prepare(model)
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    expected = [np.array([[0, 3, 3], [4, 7, 7], [8, 11, 11]], np.float32)]
+    _assert_outputs(rep.run([data, np.array([0, 0, -2])]), expected)
+
+    def node_by_node(*args):
+        raise AssertionError("evaluated node by node")
+
+    monkeypatch.setattr(backend, "_evaluate", node_by_node)
+    with counting_compiles() as count:
+        _assert_outputs(rep.run([data, np.array([0, 0, -2])]), expected)
+        _assert_outputs(rep.run([data + 1, np.array([-2, 0, 0])]), [expected[0] + 1])
+    assert count[0] == 0
+    with counting_compiles() as count:  # another shape: compiled once more
+        out = rep.run([np.ones((5, 4), np.float32), np.array([0, 0, 0])])
+    assert count[0] >= 1 and out[0].tolist() == [[1.0] * 3] * 3
+
+
+def test_indices_a_node_computes_are_checked_in_the_program():
+    model, out = _computed_indices_model()
+    rep = backend.prepare(model)
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    # Row 1 of the table holds column 9: out of bounds for data's axis 1, found in the program.
+    with pytest.raises(
+        IndexError,
+        match=re.escape(
+            f"GatherElements node 'n_{out}': indices[0, 0] = 9 is out of bounds for axis 1 of size 4"
+        ),
+    ):
+        rep.run([data, np.array([1, 0, 0])])
+    rows = np.array([[0, 3, 3], [4, 7, 7], [8, 11, 11]], np.float32)
+    _assert_outputs(rep.run([data, np.array([0, 0, 0])]), [rows])
+
+
+@pytest.mark.parametrize("size", [5, 5000])  # normalised on the host, and in the program
+def test_negative_index_inputs_of_every_size_match_onnxruntime(size):
+    b = GraphBuilder()
+    rng = np.random.default_rng(size)
+    table = b.tensor(rng.standard_normal((50, 6)).astype(np.float32), "input")
+    ids = b.tensor(rng.integers(-50, 50, size), "input")
+    cols = b.tensor(rng.integers(-6, 6, (size, 6)), "input")
+    rows = b.node("Identity", [b.node("Gather", [table, b.node("Identity", [ids])])])
+    model = b.model([b.node("GatherElements", [rows, cols], axis=1), rows], 13)
+    feeds = b.feeds
+    expected = onnxruntime_session(model).run(None, feeds)
+    _assert_outputs(backend.prepare(model).run(feeds), expected)
+    with pytest.raises(IndexError, match=re.escape("indices[3] = 50 is out of bounds for axis 0 of size 50")):
+        backend.prepare(model).run({**feeds, ids: np.where(np.arange(size) == 3, 50, feeds[ids])})
 
 
 def test_run_accepts_lists_tuples_dicts_and_one_array():

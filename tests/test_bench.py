@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from jax_gather import bench, cli
+from jax_gather import bench, bench_overhead, cli
 
 
 @pytest.mark.parametrize("case", bench.CASES, ids=[c.name for c in bench.CASES])
@@ -137,8 +137,8 @@ def test_compare_allocator_measures_glibc_defaults_in_a_child(tmp_path, capsys, 
     assert row["glibc_default"]["case"] == "gather axis 1" and row["glibc_default"]["ratio"] > 0
 
 
-def test_short_calls_are_reported_apart_and_left_out_of_the_geometric_mean():
-    def row(name, ratio, short=False):
+def test_the_geometric_mean_is_of_every_row():
+    def row(name, ratio):
         return {
             "case": name,
             "median_s": {"jax_gather": 1e-3, "onnxruntime": 1e-3},
@@ -150,15 +150,44 @@ def test_short_calls_are_reported_apart_and_left_out_of_the_geometric_mean():
             "bandwidth_GBps": 1.0,
             "memcpy_GBps": 2.0,
             "page_faults_per_call": 0,
-            "short": short,
         }
 
-    text = bench._format_table([row("a", 0.5), row("tiny", 9.0, short=True), row("b", 2.0)])
-    lines = text.splitlines()
-    header = lines.index("short calls (fixed costs per call decide; not in the geometric mean):")
-    assert lines[header + 1].startswith("tiny") and lines[header - 1].startswith("b")
+    text = bench._format_table([row("a", 0.5), row("b", 2.0)])
     assert "geometric mean of ratios (jax_gather / best peer): 1.00; worst 2.00" in text
-    assert "tiny: jax_gather / jnp 0.90" in text
+
+
+@pytest.mark.parametrize("case", bench_overhead.CASES, ids=[c.name for c in bench_overhead.CASES])
+def test_each_overhead_row_times_two_calls_that_give_the_same_result(case):
+    ours, peer = case.make()
+    for mine, theirs in zip(_outputs(ours()), _outputs(peer())):
+        np.testing.assert_array_equal(mine, theirs)
+
+
+def _outputs(result):
+    return [np.asarray(x) for x in (result if isinstance(result, (list, tuple)) else [result])]
+
+
+def test_overhead_rows_and_their_table():
+    rows = bench_overhead.run(quick=True, rounds=1, reps=1, only="eager gather, clip", settle=0)
+    (row,) = rows
+    assert row["case"] == "eager gather, clip" and row["peer"] == "jnp.take clip"
+    assert set(row["median_s"]) == {"jax_gather", "jax_gather[again]", "jnp.take clip"}
+    assert row["meets_goal"] == (row["ratio"] <= bench_overhead.EAGER)
+    text = bench_overhead.format_table(rows)
+    assert text.splitlines()[2].startswith("eager gather, clip")
+    assert f"{int(row['meets_goal'])} of 1 calls within their goal" in text
+
+
+def test_bench_command_shows_the_overhead_section(tmp_path, capsys):
+    out_json = tmp_path / "r.json"
+    argv = ["bench", "--quick", "--only", "jitted gather, clip", "--rounds", "1", "--no-tune-allocator"]
+    assert cli.main([*argv, "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    assert "jitted gather, clip" in text and "geometric mean" not in text  # no main-table row
+    result = json.loads(out_json.read_text())
+    assert result["rows"] == [] and [r["case"] for r in result["overhead"]] == ["jitted gather, clip"]
+    assert cli.main([*argv, "--no-overhead"]) == 0
+    assert "jitted gather, clip" not in capsys.readouterr().out
 
 
 def test_median_interval_covers_the_median_as_often_as_it_says():

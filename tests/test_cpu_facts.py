@@ -7,6 +7,7 @@ delete it if it does not (docs/design.md says how). The facts are about the prog
 compiles for this machine's CPU; they were checked on x86-64 with AVX-512.
 """
 
+import functools
 import glob
 import re
 import tempfile
@@ -19,7 +20,7 @@ import pytest
 from jax import lax
 
 import jax_gather
-from jax_gather import _cpu, _lowering, plans
+from jax_gather import _cpu, _eager, _lowering, plans
 from tests.compat import enable_x64
 
 CPU = jax.devices("cpu")[0]
@@ -107,7 +108,7 @@ def _copy_and_add(rows, ids, x):
 
 def _flops(compiled) -> float:
     cost = compiled.cost_analysis()
-    return (cost[0] if isinstance(cost, list) else cost)["flops"]
+    return (cost[0] if isinstance(cost, list) else cost).get("flops", 0.0)  # none counted: absent
 
 
 @pytest.mark.skipif(jax.config.read("jax_cpu_enable_async_dispatch") is False, reason="synchronous dispatch")
@@ -124,6 +125,42 @@ def test_a_short_lookup_stays_under_inline_flops(mode, index_dtype):
         data, ids = np.zeros((50000, 512), np.float32), np.zeros(_cpu.SHORT_LOOKUP_INDICES, index_dtype)
         lookup = jax.jit(lambda d, i: jax_gather.gather(d, i, 0, mode=mode))
         assert _flops(lookup.lower(*_on_cpu(data, ids)).compile()) < _cpu.INLINE_FLOPS
+
+
+@needs_cpu_lowerings
+def test_rows_in_bytes_count_flops_over_all_of_data():
+    # Why short lookups keep their rows as they are: in bytes the program leaves the calling thread.
+    data, idx = np.zeros((1000, 64), np.float32), np.zeros((64, 1), np.int32)
+    plan = plans.gather_plan(data.shape, (64,), 0)
+    in_bytes = functools.partial(_cpu._rows_in_units, plan=plan, unit=jnp.uint8)
+    assert _flops(jax.jit(in_bytes).lower(*_on_cpu(data, idx)).compile()) >= _cpu.INLINE_FLOPS
+    direct = functools.partial(_lowering.direct, plan=plan)
+    assert _flops(jax.jit(direct).lower(*_on_cpu(data, idx)).compile()) < _cpu.INLINE_FLOPS
+
+
+# ---- NumPy arrays handed to the CPU client (jax_gather._eager.aligned_for_cpu) -----------------
+
+
+def _numpy_at(nbytes: int, offset: int) -> np.ndarray:
+    """A float32 array of ``nbytes`` whose data starts ``offset`` bytes past a 64-byte boundary."""
+    buffer = np.zeros(nbytes + 128, np.uint8)
+    start = -buffer.ctypes.data % 64 + offset
+    return buffer[start : start + nbytes].view(np.float32)
+
+
+def test_the_cpu_client_aliases_numpy_arrays_aligned_to_cpu_alignment():
+    aligned = _numpy_at(1 << 20, 0)
+    assert np.shares_memory(np.asarray(jax.device_put(aligned, CPU)), aligned)
+    misaligned = _numpy_at(1 << 20, 16)  # NumPy's own alignment
+    assert not np.shares_memory(np.asarray(jax.device_put(misaligned, CPU)), misaligned)
+    assert _eager.aligned_for_cpu(misaligned, True).ctypes.data % _eager.CPU_ALIGNMENT == 0
+
+
+def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
+    small = [jax.device_put(_numpy_at(_eager.CPU_COPIED_INLINE - 64, 16), CPU) for _ in range(10)]
+    assert all(x.is_ready() for x in small)
+    large = [jax.device_put(_numpy_at(4 << 20, 16), CPU) for _ in range(10)]
+    assert sum(x.is_ready() for x in large) <= 5, "the CPU client copies large arrays on the calling thread"
 
 
 # ---- batched_nd_fill_from_pad, short_lookup_fill_from_pad ---------------------------------------

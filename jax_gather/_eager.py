@@ -1,0 +1,215 @@
+"""Eager calls: each signature checked once, then one jitted program per call.
+
+An eager call (concrete arrays, no trace around it) would otherwise pay every time for work that
+depends only on its *signature*: the types, shapes and dtypes of data and indices, the attribute,
+the mode, the fill value and the x64 setting. Validation, the plan and the fill's bytes are all
+decided by it. The first call with a signature goes through ``ops._run``, which validates and
+builds a :class:`Call`; this module remembers it, and every later call with that signature looks
+it up and calls it: a ``jax.jit`` of the op with everything static bound in, so JAX dispatches
+it on its C++ path with no static arguments to hash.
+
+The only step that depends on the values is the checked mode's bounds test. Where the indices
+are on the host (NumPy, or a CPU array, read without a copy), one pass over them proves the
+common case, every index in [0, s-1], and the program then gathers them as they are, with no
+index arithmetic: a program XLA counts as zero flops, which JAX's CPU client runs on the calling
+thread rather than handing to a worker (``jax_gather._cpu.INLINE_FLOPS``). Indices elsewhere (an
+accelerator) are judged there, by one reduction, and one scalar comes back; all of them are
+copied to the host only to word the error once one is out of bounds.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_gather import _bounds
+from jax_gather._x64 import x64_on
+from jax_gather.plans import GatherPlan
+
+Program = Callable[[Any, Any], Any]
+
+# The concrete array types a signature may hold: NumPy's, and JAX's own array type, which
+# ops._run adds when it first sees one (so that nothing here creates an array at import).
+ARRAY_TYPES: set[type] = {np.ndarray}
+# In-bounds NumPy indices with negatives, up to this many, are normalised on the host, so that
+# the program gathers them as they are. Fact: a program that normalises them in XLA counts a few
+# flops per index, which sends all but the shortest over INLINE_FLOPS to JAX's worker thread; that
+# handoff measured 10-50 us here, where NumPy normalises 4096 indices in about 6 us.
+HOST_NORMALISED_INDICES = 4096
+# Enough for every signature of a program's eager calls; cleared whole when full.
+_CAPACITY = 512
+_calls: dict[Hashable, Callable[[Any, Any], Any]] = {}
+
+
+def signature(
+    plan_fn: Callable[..., GatherPlan], data: Any, indices: Any, attribute: Any, mode: Any, fill_value: Any
+) -> tuple | None:
+    """What an eager call's checks and program depend on, or None where it is not cacheable
+    (tracers, lists, fill values other than Python scalars, attributes other than ints)."""
+    if type(data) not in ARRAY_TYPES or type(indices) not in ARRAY_TYPES or type(attribute) is not int:
+        return None
+    fill: Any
+    if fill_value is None:
+        fill = None
+    elif type(fill_value) is float:
+        fill = fill_value.hex()  # tells -0.0 from 0.0, and every NaN from any number
+    elif type(fill_value) is int or type(fill_value) is bool:
+        fill = (type(fill_value), fill_value)  # True == 1, but only True is a bool
+    else:
+        return None
+    # NumPy indices, or a JAX array's sharding: where they live decides where they are checked.
+    where = None if type(indices) is np.ndarray else indices.sharding
+    return (
+        plan_fn,
+        data.shape,
+        data.dtype,
+        indices.shape,
+        indices.dtype,
+        where,
+        attribute,
+        mode,
+        fill,
+        x64_on(),
+    )
+
+
+def lookup(key: tuple | None) -> Call | None:
+    return _calls.get(key)
+
+
+def remember(key: tuple, call: Call) -> None:
+    if len(_calls) >= _CAPACITY:
+        _calls.clear()
+    _calls[key] = call
+
+
+def clear() -> None:
+    """Forgets every signature (for tests, and after a change of lowering)."""
+    _calls.clear()
+
+
+Call = Callable[[Any, Any], Any]
+
+
+def make_call(plan: GatherPlan, mode: str, programs: Callable[[str], Program], indices: Any) -> Call:
+    """One signature's eager call, ``call(data, indices)``, for indices like ``indices``.
+
+    ``programs(mode)`` gives the jitted op for a mode, with the signature's plan and fill bound
+    in. In the checked mode a bounds test picks between the program for indices in [0, s-1]
+    (``"in_range"``) and the one that normalises negative indices (``"promise_in_bounds"``).
+    """
+    if mode != "checked":
+        program = programs(mode)
+
+        def call(data: Any, indices: Any) -> Any:
+            if type(data) is np.ndarray:
+                data = aligned_for_cpu(data)
+            if type(indices) is np.ndarray:
+                indices = aligned_for_cpu(_bounds.narrow_host_indices(indices))
+            return program(data, indices)
+
+        return call
+    if not on_host(indices):
+        return functools.partial(_checked_on_device, plan, programs)
+    in_range = programs("in_range")
+    test = _bounds.in_range_test(plan, np.dtype(indices.dtype), indices.size)
+    # In [0, s-1], 64-bit host indices convert exactly to the int32 of x64 off, unless an
+    # axis is longer than int32 addresses.
+    narrow = max(plan.index_sizes) > _bounds.INT32_MAX
+
+    def checked(data: Any, indices: Any) -> Any:
+        if type(data) is np.ndarray:
+            data = aligned_for_cpu(data)
+        numpy = type(indices) is np.ndarray
+        host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
+        if not test(host):
+            # NumPy indices are transferred anyway; a JAX array's would be a new transfer.
+            moved = None
+            if numpy and host.size <= HOST_NORMALISED_INDICES:
+                moved = _bounds.normalised_on_host(plan, host)
+            if moved is None:
+                _bounds.raise_if_out_of_bounds(plan, host)
+                return programs("promise_in_bounds")(data, _narrowed(indices))
+            indices = moved
+        if numpy:
+            indices = _narrowed(indices) if narrow else aligned_for_cpu(indices)
+        return in_range(data, indices)
+
+    return checked
+
+
+def _checked_on_device(plan: GatherPlan, programs: Callable[[str], Program], data: Any, indices: Any) -> Any:
+    code = int(_bounds_code(indices, plan=plan))  # the one scalar that comes back
+    if code == _OUT_OF_BOUNDS:
+        # Failing anyway: now the indices come to the host, to name the first bad one.
+        _bounds.raise_if_out_of_bounds(plan, np.asarray(indices))
+    return programs("in_range" if code == _IN_RANGE else "promise_in_bounds")(data, indices)
+
+
+def _narrowed(indices: Any) -> Any:
+    if type(indices) is np.ndarray:
+        return aligned_for_cpu(_bounds.narrow_host_indices(indices))
+    return indices
+
+
+# Fact: JAX's CPU client aliases a C-contiguous NumPy array whose data is aligned to this many
+# bytes (NumPy aligns to 16) and copies any other: under CPU_COPIED_INLINE bytes on the calling
+# thread (1-2 us), from there on a worker thread, 50 us for 100 KiB and 0.9 ms for 8 MiB here,
+# where NumPy makes an aligned copy in 5 us and 0.55 ms, which the client then aliases.
+CPU_ALIGNMENT = 64
+CPU_COPIED_INLINE = 100 * 1024
+
+
+def aligned_for_cpu(array: np.ndarray, to_cpu: bool | None = None) -> np.ndarray:
+    """``array``, or a copy whose data is aligned to ``CPU_ALIGNMENT`` bytes, where JAX's CPU
+    client would copy it: it goes to a CPU (``to_cpu``; by default, where the default device
+    is one), and JAX keeps its dtype."""
+    if array.nbytes < CPU_COPIED_INLINE or (
+        array.flags.c_contiguous and array.ctypes.data % CPU_ALIGNMENT == 0
+    ):
+        return array
+    if not (_to_cpu() if to_cpu is None else to_cpu):
+        return array
+    if jax.dtypes.canonicalize_dtype(array.dtype) != array.dtype:
+        return array
+    buffer = np.empty(array.nbytes + CPU_ALIGNMENT, np.uint8)
+    start = -buffer.ctypes.data % CPU_ALIGNMENT
+    copy = buffer[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(copy, array)
+    return copy
+
+
+def _to_cpu() -> bool:
+    device = jax.config.jax_default_device  # type: ignore[attr-defined]
+    if device is None:
+        return jax.default_backend() == "cpu"
+    return getattr(device, "platform", device) == "cpu"  # a device, or a platform's name
+
+
+def on_host(indices: Any) -> bool:
+    """Whether a concrete indices array can be read on the host without a transfer: NumPy, or
+    a JAX array whose every shard is in this process's CPU memory."""
+    if isinstance(indices, np.ndarray):
+        return True
+    sharding = indices.sharding
+    return sharding.is_fully_addressable and all(d.platform == "cpu" for d in sharding.device_set)
+
+
+_OUT_OF_BOUNDS, _IN_BOUNDS, _IN_RANGE = 0, 1, 2
+
+
+@functools.partial(jax.jit, static_argnames="plan")
+def _bounds_code(indices: jax.Array, plan: GatherPlan) -> jax.Array:
+    """``_IN_RANGE`` if every index is in [0, s-1], else ``_IN_BOUNDS`` if every one is in
+    [-s, s-1], else ``_OUT_OF_BOUNDS``: one int8 for the host to read."""
+    if indices.size == 0:
+        return jnp.int8(_IN_RANGE)
+    in_bounds = _bounds.in_bounds_mask(plan, indices)
+    in_range = _bounds.in_range_mask(plan, indices)
+    code = jnp.where(jnp.all(in_bounds), jnp.where(jnp.all(in_range), _IN_RANGE, _IN_BOUNDS), _OUT_OF_BOUNDS)
+    return code.astype(jnp.int8)

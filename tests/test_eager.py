@@ -1,0 +1,199 @@
+"""Eager calls (jax_gather/_eager.py): a signature is checked once and its program remembered,
+yet every call is judged on its own indices; the host bounds tests against NumPy; the checked
+mode judged on the device; what a signature must tell apart."""
+
+import functools
+import re
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+
+import jax_gather
+from jax_gather import _bounds, _cpu, _eager, ops, plans
+from tests import reference
+from tests.compat import enable_x64
+from tests.programs import counting_compiles
+from tests.strategies import INDEX_DTYPES, make_data, make_wild_indices
+
+OPS = {
+    "gather": (jax_gather.gather, plans.gather_plan, reference.gather, (5, 4), 0),
+    "gather_elements": (
+        jax_gather.gather_elements,
+        plans.gather_elements_plan,
+        reference.gather_elements,
+        (5, 4),
+        0,
+    ),
+    "gather_nd": (jax_gather.gather_nd, plans.gather_nd_plan, reference.gather_nd, (5, 4), 0),
+}
+
+
+def _indices(name, values):
+    """Indices into axis 0 (of size 5): as they are, as one row of GatherElements indices, or
+    as the first components of GatherND index tuples."""
+    if name == "gather_elements":
+        return np.array([values])
+    return np.array(values if name == "gather" else [[v, 0] for v in values])
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("kind", ["numpy", "jax"])
+def test_a_remembered_signature_still_judges_every_call(name, kind):
+    op, _, ref, shape, attr = OPS[name]
+    data = make_data(shape, np.float32, 0)
+    as_kind = (lambda x: x) if kind == "numpy" else jnp.asarray
+    good, negative, bad = _indices(name, [0, 1]), _indices(name, [-1, 2]), _indices(name, [1, 5])
+    messages = []
+    for _ in range(2):  # the first call builds the signature's call, the second looks it up
+        np.testing.assert_array_equal(op(data, as_kind(good), attr), ref(data, good, attr))
+        np.testing.assert_array_equal(op(data, as_kind(negative), attr), ref(data, negative, attr))
+        with pytest.raises(IndexError) as error:
+            op(data, as_kind(bad), attr)
+        messages.append(str(error.value))
+    assert messages[0] == messages[1] and "= 5 is out of bounds for axis 0 of size 5" in messages[0]
+
+
+def test_numpy_indices_changed_in_place_are_judged_again():
+    data, ids = make_data((4, 3), np.float32, 0), np.array([0, 1])
+    jax_gather.gather(data, ids)
+    jax_gather.gather(data, ids)
+    ids[1] = 4
+    with pytest.raises(IndexError, match=re.escape("indices[1] = 4 is out of bounds")):
+        jax_gather.gather(data, ids)
+
+
+@pytest.mark.parametrize("mode", ["fill", "checked"])
+def test_fill_values_that_compare_equal_are_told_apart(mode):
+    data, bad = jnp.asarray([1.0, 2.0]), jnp.asarray([0, 5]) if mode == "fill" else None
+    if bad is None:  # a traced checked call fills: under jit
+        fn = lambda fill: jax.jit(lambda d, i: jax_gather.gather(d, i, fill_value=fill))(
+            data, jnp.asarray([0, 5])
+        )
+    else:
+        fn = lambda fill: jax_gather.gather(data, bad, mode="fill", fill_value=fill)
+    for _ in range(2):
+        assert not np.signbit(fn(0.0)[1]) and np.signbit(fn(-0.0)[1])
+        assert fn(True)[1] == 1 and fn(1)[1] == 1 and np.isnan(fn(float("nan"))[1])
+
+
+def test_an_attribute_of_another_type_is_judged_again():
+    data, ids = make_data((4, 3), np.float32, 0), np.array([0, 1])
+    for _ in range(2):
+        jax_gather.gather(data, ids, 1)
+    with pytest.raises(TypeError, match="Gather: axis must be an integer, got the bool True"):
+        jax_gather.gather(data, ids, True)
+
+
+def test_the_x64_setting_is_part_of_the_signature():
+    data, ids = np.arange(6, dtype=np.float64), np.array([5, -6])
+    for _ in range(2):
+        assert jax_gather.gather(data, ids).dtype == jnp.float32
+        with enable_x64(True):
+            out = jax_gather.gather(data, ids)
+        assert out.dtype == jnp.float64 and out.tolist() == [5.0, 0.0]
+
+
+def test_strings_and_lists_are_gathered_every_time():
+    for _ in range(2):
+        assert jax_gather.gather(np.array(["a", "b"]), np.array([1])).tolist() == ["b"]
+        assert jax_gather.gather([[1, 2], [3, 4]], [-1]).tolist() == [[3, 4]]
+
+
+def test_the_remembered_calls_are_bounded(monkeypatch):
+    monkeypatch.setattr(_eager, "_CAPACITY", 3)
+    _eager.clear()
+    for n in range(1, 8):
+        data = np.arange(n, dtype=np.float32)
+        for _ in range(2):
+            assert jax_gather.gather(data, np.array([n - 1])).tolist() == [n - 1]
+        assert len(_eager._calls) <= 3
+    _eager.clear()
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_the_checked_mode_judged_on_the_device(name):
+    # What an eager call does where its indices are not on the host (an accelerator): one
+    # reduction there, one scalar back, and the host copy only for the error.
+    _, plan_fn, ref, shape, attr = OPS[name]
+    data = jnp.asarray(make_data(shape, np.float32, 0))
+    for values, want in (([0, 1], "in range"), ([-1, 2], "in bounds"), ([1, 5], "out")):
+        indices = _indices(name, values)
+        plan = plan_fn(shape, indices.shape, attr)
+        call = functools.partial(_eager._checked_on_device, plan, ops._programs(plan, None))
+        if want == "out":
+            with pytest.raises(IndexError, match=re.escape("= 5 is out of bounds for axis 0 of size 5")):
+                call(data, jnp.asarray(indices))
+        else:
+            np.testing.assert_array_equal(
+                call(data, jnp.asarray(indices)), ref(np.asarray(data), indices, attr)
+            )
+
+
+def test_where_indices_live_decides_where_they_are_judged():
+    assert _eager.on_host(np.zeros(2, np.int32)) and _eager.on_host(jnp.zeros(2, jnp.int32))
+
+
+@pytest.mark.parametrize("size", [_eager.HOST_NORMALISED_INDICES, _eager.HOST_NORMALISED_INDICES + 1])
+def test_negative_numpy_indices_either_side_of_the_host_normalisation(size):
+    data = make_data((7, 3), np.int32, 0)
+    ids = np.resize(np.array([-7, 6, -1, 0], np.int64), size)
+    before = ids.copy()
+    for _ in range(2):
+        np.testing.assert_array_equal(jax_gather.gather(data, ids), reference.gather(data, ids, 0))
+    np.testing.assert_array_equal(ids, before)  # normalised into a new array
+
+
+def test_in_range_indices_are_gathered_with_no_index_arithmetic():
+    # Why the checked mode's eager program runs on the calling thread: XLA counts no flops in it
+    # (JAX's CPU client inlines programs under _cpu.INLINE_FLOPS; test_cpu_facts checks that).
+    data, ids = jnp.zeros((1000, 8)), jnp.zeros((4096,), jnp.int32)
+    plan = plans.gather_plan(data.shape, ids.shape, 0)
+    compiled = ops._programs(plan, None)("in_range").lower(data, ids).compile()
+    analysis = compiled.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    assert analysis.get("flops", 0.0) < _cpu.INLINE_FLOPS
+    promise = ops._programs(plan, None)("promise_in_bounds").lower(data, ids).compile()
+    analysis = promise.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    assert analysis["flops"] >= _cpu.INLINE_FLOPS  # the normalising program would not be
+
+
+def test_a_second_call_compiles_nothing():
+    data, ids = jnp.asarray(make_data((9, 4), np.float32, 0)), jnp.asarray([3, -2])
+    for mode in ("checked", "fill", "clip", "promise_in_bounds"):
+        jax_gather.gather(data, ids, mode=mode)
+        with counting_compiles() as count:
+            jax_gather.gather(data, ids, mode=mode)
+        assert count[0] == 0, mode
+
+
+@given(
+    dtype=st.sampled_from([d for d in INDEX_DTYPES if d != np.uint64]),  # make_wild_indices is int64 inside
+    shape=st.tuples(st.integers(0, 6), st.integers(1, 3)),
+    size=st.integers(0, 300),
+    tuples=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_host_bounds_tests_match_numpy(dtype, shape, size, tuples, seed):
+    if tuples:
+        sizes = tuple(size + 7 * c for c in range(shape[1]))
+        plan = plans.gather_nd_plan(sizes, shape, 0)
+    else:
+        sizes = (size,)
+        plan = plans.gather_plan(sizes, shape, 0)
+    indices = make_wild_indices(shape, sizes if tuples else size, dtype, seed)
+    wide = indices.astype(object)  # exact Python ints: no dtype arithmetic in the reference
+    bound = np.broadcast_to(np.array(sizes if tuples else size, dtype=object), shape)
+    in_range = bool(np.all((wide >= 0) & (wide < bound)))
+    in_bounds = bool(np.all((wide >= -bound) & (wide < bound)))
+    assert _bounds.in_range_on_host(plan, indices) == in_range
+    assert _bounds.any_out_of_bounds(plan, indices) == (not in_bounds)
+    moved = _bounds.normalised_on_host(plan, indices)
+    if not in_bounds:
+        assert moved is None
+    else:
+        np.testing.assert_array_equal(moved.astype(object), np.where(wide < 0, wide + bound, wide))
