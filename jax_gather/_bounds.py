@@ -49,7 +49,7 @@ def _range_text(size: int) -> str:
 
 def raise_if_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> None:
     """Raises IndexError naming the first (C order) out-of-bounds index of concrete indices."""
-    if indices.size == 0 or _all_in_bounds(plan, indices):
+    if judge_on_host(plan, indices) != OUT_OF_BOUNDS:
         return
     bad = np.zeros(indices.shape, dtype=bool)
     for c, size in enumerate(plan.index_sizes):
@@ -75,7 +75,7 @@ def raise_if_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> None:
     raise fail(IndexError, plan.op_name, message)
 
 
-_UNSIGNED = {np.dtype(f"i{n}"): np.dtype(f"u{n}") for n in (1, 2, 4, 8)}
+_SIGNED_TO_UNSIGNED = {np.dtype(f"i{n}"): np.dtype(f"u{n}") for n in (1, 2, 4, 8)}
 
 
 def in_range_on_host(plan: GatherPlan, indices: np.ndarray) -> bool:
@@ -90,10 +90,12 @@ def in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[np.
     not depend on their values worked out once."""
     if size == 0:
         return lambda indices: True
-    unsigned = _UNSIGNED.get(dtype, dtype)
+    if not all(isinstance(s, int) for s in plan.index_sizes):
+        return lambda indices: False  # symbolic axes (jax.export): left to judge_on_host
+    unsigned = _SIGNED_TO_UNSIGNED.get(dtype, dtype)
     # The bound below which an index viewed unsigned is in [0, s-1]: s, or for a signed dtype
     # whose non-negative values are all below s, where its negatives start (2**(bits-1)).
-    limit = int(np.iinfo(dtype).max) + 1 if dtype in _UNSIGNED else None
+    limit = int(np.iinfo(dtype).max) + 1 if dtype in _SIGNED_TO_UNSIGNED else None
     bounds = [s if limit is None else min(s, limit) for s in plan.index_sizes]
     if not plan.tuple_indices:
         (bound,) = bounds
@@ -125,21 +127,23 @@ def _host_sizes(plan: GatherPlan, dtype: np.dtype) -> Any:
     return sizes if plan.tuple_indices else sizes[0]
 
 
-def any_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> bool:
-    """Whether some index of concrete ``indices`` is outside [-s, s-1] of its axis."""
-    return indices.size != 0 and not _all_in_bounds(plan, indices)
+IN_RANGE, IN_BOUNDS, OUT_OF_BOUNDS = "in [0, s-1]", "in [-s, s-1]", "out of bounds"
 
 
-def _all_in_bounds(plan: GatherPlan, indices: np.ndarray) -> bool:
-    # Two reductions per component and no temporaries: the common case of an eager call.
+def judge_on_host(plan: GatherPlan, indices: np.ndarray) -> str:
+    """Where concrete ``indices`` lie, by a minimum and a maximum per component (two passes, no
+    temporaries): ``IN_RANGE`` (every index in [0, s-1] of its axis), ``IN_BOUNDS`` (every one in
+    [-s, s-1]) or ``OUT_OF_BOUNDS``."""
+    if indices.size == 0:
+        return IN_RANGE
     if plan.tuple_indices:
         leading = tuple(range(indices.ndim - 1))
-        lows, highs = indices.min(axis=leading), indices.max(axis=leading)
+        lows, highs = indices.min(axis=leading).tolist(), indices.max(axis=leading).tolist()
     else:
-        lows, highs = [indices.min()], [indices.max()]
-    return all(
-        -size <= int(low) and int(high) < size for low, high, size in zip(lows, highs, plan.index_sizes)
-    )
+        lows, highs = [int(indices.min())], [int(indices.max())]
+    if not all(-size <= low and high < size for low, high, size in zip(lows, highs, plan.index_sizes)):
+        return OUT_OF_BOUNDS
+    return IN_RANGE if min(lows) >= 0 else IN_BOUNDS
 
 
 def _index_dtype(plan: GatherPlan) -> Any:

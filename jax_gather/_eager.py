@@ -1,12 +1,12 @@
 """Eager calls: each signature checked once, then one jitted program per call.
 
 An eager call (concrete arrays, no trace around it) would otherwise pay every time for work that
-depends only on its *signature*: the types, shapes and dtypes of data and indices, the attribute,
-the mode, the fill value and the x64 setting. Validation, the plan and the fill's bytes are all
-decided by it. The first call with a signature goes through ``ops._run``, which validates and
-builds a :class:`Call`; this module remembers it, and every later call with that signature looks
-it up and calls it: a ``jax.jit`` of the op with everything static bound in, so JAX dispatches
-it on its C++ path with no static arguments to hash.
+depends only on its *signature*: the shapes and dtypes of data and indices, where the indices
+live, the attribute, the mode, the fill value and the x64 setting. Validation, the plan and the
+fill's bytes are all decided by it. The first call with a signature goes through ``ops._run``,
+which validates and makes its call (:func:`make_call`); this module remembers it, and every later
+call with that signature looks it up and calls it: a ``jax.jit`` of the op with everything
+static bound in, so JAX dispatches it on its C++ path with no static arguments to hash.
 
 The only step that depends on the values is the checked mode's bounds test. Where the indices
 are on the host (NumPy, or a CPU array, read without a copy), one pass over them proves the
@@ -20,6 +20,7 @@ copied to the host only to word the error once one is out of bounds.
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -31,19 +32,23 @@ from jax_gather import _bounds
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
 
-Program = Callable[[Any, Any], Any]
+Call = Callable[[Any, Any], Any]  # call(data, indices), an eager call or a jitted program
 
 # The concrete array types a signature may hold: NumPy's, and JAX's own array type, which
 # ops._run adds when it first sees one (so that nothing here creates an array at import).
 ARRAY_TYPES: set[type] = {np.ndarray}
-# In-bounds NumPy indices with negatives, up to this many, are normalised on the host, so that
-# the program gathers them as they are. Fact: a program that normalises them in XLA counts a few
-# flops per index, which sends all but the shortest over INLINE_FLOPS to JAX's worker thread; that
-# handoff measured 10-50 us here, where NumPy normalises 4096 indices in about 6 us.
-HOST_NORMALISED_INDICES = 4096
+# Host indices up to this many are tested in one pass (a maximum of the indices viewed unsigned),
+# and NumPy ones with negatives normalised on the host, so that the program gathers them as they
+# are. Fact: a program that normalises them in XLA counts 3-7 flops per index, which sends all but
+# the shortest over INLINE_FLOPS to JAX's worker thread; that handoff measured 10-100 us here,
+# where NumPy normalises 4096 indices in about 6 us. Larger ones are judged by a minimum and a
+# maximum, which also tell whether they are in [0, s-1]: for 2**20 int64 indices the one pass
+# took 0.26-0.29 ms and the two 0.52-0.58 ms, so one pass first would cost 1.5x where negatives
+# follow, and save half only where none do.
+SMALL_HOST_INDICES = 4096
 # Enough for every signature of a program's eager calls; cleared whole when full.
 _CAPACITY = 512
-_calls: dict[Hashable, Callable[[Any, Any], Any]] = {}
+_calls: dict[Hashable, Call] = {}
 
 
 def signature(
@@ -51,13 +56,15 @@ def signature(
 ) -> tuple | None:
     """What an eager call's checks and program depend on, or None where it is not cacheable
     (tracers, lists, fill values other than Python scalars, attributes other than ints)."""
-    if type(data) not in ARRAY_TYPES or type(indices) not in ARRAY_TYPES or type(attribute) is not int:
+    if type(data) not in ARRAY_TYPES or type(indices) not in ARRAY_TYPES:
         return None
+    if type(attribute) is not int or type(mode) is not str or not indices.dtype.isnative:
+        return None  # judged in full every time: errors, or host tests of swapped bytes
     fill: Any
     if fill_value is None:
         fill = None
     elif type(fill_value) is float:
-        fill = fill_value.hex()  # tells -0.0 from 0.0, and every NaN from any number
+        fill = struct.pack("<d", fill_value)  # its bits: -0.0 is not 0.0, nor one NaN another
     elif type(fill_value) is int or type(fill_value) is bool:
         fill = (type(fill_value), fill_value)  # True == 1, but only True is a bool
     else:
@@ -93,10 +100,7 @@ def clear() -> None:
     _calls.clear()
 
 
-Call = Callable[[Any, Any], Any]
-
-
-def make_call(plan: GatherPlan, mode: str, programs: Callable[[str], Program], indices: Any) -> Call:
+def make_call(plan: GatherPlan, mode: str, programs: Callable[[str], Call], indices: Any) -> Call:
     """One signature's eager call, ``call(data, indices)``, for indices like ``indices``.
 
     ``programs(mode)`` gives the jitted op for a mode, with the signature's plan and fill bound
@@ -109,17 +113,15 @@ def make_call(plan: GatherPlan, mode: str, programs: Callable[[str], Program], i
         def call(data: Any, indices: Any) -> Any:
             if type(data) is np.ndarray:
                 data = aligned_for_cpu(data)
-            if type(indices) is np.ndarray:
-                indices = aligned_for_cpu(_bounds.narrow_host_indices(indices))
-            return program(data, indices)
+            return program(data, _narrowed(indices))
 
         return call
     if not on_host(indices):
         return functools.partial(_checked_on_device, plan, programs)
     in_range = programs("in_range")
     test = _bounds.in_range_test(plan, np.dtype(indices.dtype), indices.size)
-    # In [0, s-1], 64-bit host indices convert exactly to the int32 of x64 off, unless an
-    # axis is longer than int32 addresses.
+    # In [0, s-1], 64-bit host indices convert exactly to the int32 of x64 off, unless an axis
+    # is longer than int32 addresses; there they saturate as in every mode (narrow_host_indices).
     narrow = max(plan.index_sizes) > _bounds.INT32_MAX
 
     def checked(data: Any, indices: Any) -> Any:
@@ -127,11 +129,15 @@ def make_call(plan: GatherPlan, mode: str, programs: Callable[[str], Program], i
             data = aligned_for_cpu(data)
         numpy = type(indices) is np.ndarray
         host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
-        if not test(host):
+        if host.size > SMALL_HOST_INDICES:
+            verdict = _bounds.judge_on_host(plan, host)
+            if verdict == _bounds.OUT_OF_BOUNDS:
+                _bounds.raise_if_out_of_bounds(plan, host)
+            if verdict == _bounds.IN_BOUNDS:
+                return programs("promise_in_bounds")(data, _narrowed(indices))
+        elif not test(host):
             # NumPy indices are transferred anyway; a JAX array's would be a new transfer.
-            moved = None
-            if numpy and host.size <= HOST_NORMALISED_INDICES:
-                moved = _bounds.normalised_on_host(plan, host)
+            moved = _bounds.normalised_on_host(plan, host) if numpy else None
             if moved is None:
                 _bounds.raise_if_out_of_bounds(plan, host)
                 return programs("promise_in_bounds")(data, _narrowed(indices))
@@ -143,8 +149,9 @@ def make_call(plan: GatherPlan, mode: str, programs: Callable[[str], Program], i
     return checked
 
 
-def _checked_on_device(plan: GatherPlan, programs: Callable[[str], Program], data: Any, indices: Any) -> Any:
-    code = int(_bounds_code(indices, plan=plan))  # the one scalar that comes back
+def _checked_on_device(plan: GatherPlan, programs: Callable[[str], Call], data: Any, indices: Any) -> Any:
+    with jax.ensure_compile_time_eval():  # concrete indices, even where a trace is open around
+        code = int(_bounds_code(indices, plan=plan))  # the one scalar that comes back
     if code == _OUT_OF_BOUNDS:
         # Failing anyway: now the indices come to the host, to name the first bad one.
         _bounds.raise_if_out_of_bounds(plan, np.asarray(indices))
@@ -159,19 +166,22 @@ def _narrowed(indices: Any) -> Any:
 
 # Fact: JAX's CPU client aliases a C-contiguous NumPy array whose data is aligned to this many
 # bytes (NumPy aligns to 16) and copies any other: under CPU_COPIED_INLINE bytes on the calling
-# thread (1-2 us), from there on a worker thread, 50 us for 100 KiB and 0.9 ms for 8 MiB here,
-# where NumPy makes an aligned copy in 5 us and 0.55 ms, which the client then aliases.
+# thread (1-2 us), from there on a worker thread, a handoff that dominates up to about a MiB: an
+# eager lookup of 64 rows from a 250 KiB table took 42 us with the client's copy and 20 us with
+# an aligned copy NumPy makes (1 MiB: 267 and 160 us). Past ALIGNED_COPY_MAX it no longer paid
+# (4 MiB read whole: 1.21 ms with the client's copy, 1.53 ms aliased).
 CPU_ALIGNMENT = 64
 CPU_COPIED_INLINE = 100 * 1024
+ALIGNED_COPY_MAX = 1 << 20
 
 
 def aligned_for_cpu(array: np.ndarray, to_cpu: bool | None = None) -> np.ndarray:
     """``array``, or a copy whose data is aligned to ``CPU_ALIGNMENT`` bytes, where JAX's CPU
-    client would copy it: it goes to a CPU (``to_cpu``; by default, where the default device
-    is one), and JAX keeps its dtype."""
-    if array.nbytes < CPU_COPIED_INLINE or (
-        array.flags.c_contiguous and array.ctypes.data % CPU_ALIGNMENT == 0
-    ):
+    client would copy it on a worker thread and the copy is small enough to pay: it goes to a
+    CPU (``to_cpu``; by default, where the default device is one), and JAX keeps its dtype."""
+    if not CPU_COPIED_INLINE <= array.nbytes <= ALIGNED_COPY_MAX:
+        return array
+    if array.flags.c_contiguous and array.ctypes.data % CPU_ALIGNMENT == 0:
         return array
     if not (_to_cpu() if to_cpu is None else to_cpu):
         return array

@@ -121,9 +121,10 @@ class JaxGatherRep(BackendRep):
     def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:  # type: ignore[override]  # a list, as onnxruntime.backend's
         """Evaluates the model with exact ONNX dtypes.
 
-        The graph runs as one jitted program (compiled once per shape of the inputs), after a
-        bounds test of every index input on the host; a node whose indices the graph computes
-        is tested in the program, and one flag comes back. Out-of-bounds indices raise
+        The graph runs as one jitted program (compiled once per shape of the inputs, and once
+        more where large index inputs hold negatives), after a bounds test of every index input
+        on the host; a node whose indices the graph computes is tested in the program, and one
+        flag comes back. Out-of-bounds indices raise
         ``IndexError`` naming the node, as ONNX says. Graphs with string tensors run node by
         node (strings are gathered on the host).
 
@@ -138,11 +139,10 @@ class JaxGatherRep(BackendRep):
         """
         _no_options("run", kwargs)
         feeds = _feeds(self._graph, inputs)
-        with x64_enabled():
+        with x64_enabled(), jax.default_device(self._device):
             outputs = self._program.run(feeds) if self._program is not None else None
             if outputs is None:
-                with jax.default_device(self._device):
-                    outputs = _evaluate(self._graph, feeds)
+                outputs = _evaluate(self._graph, feeds)
             return [np.array(value) for value in outputs]
 
 
@@ -347,6 +347,13 @@ def _compile(model: Any) -> _Graph:
         schema = _schema(node, opset, label)
         attributes = _attributes(node, schema, label)
         _check_inputs(node, schema, types, label)
+        if node.output[0] in types:
+            raise fail(
+                ValueError,
+                label,
+                "its output must be a new name (an ONNX graph assigns each name once), got "
+                f"{node.output[0]!r}, which the graph already has",
+            )
         if node.op_type == "Constant":
             output = node.output[0]
             constants[output] = _constant(node, attributes, label)
@@ -660,8 +667,9 @@ class _Program:
     def __init__(self, graph: _Graph, device: jax.Device) -> None:
         self._graph = graph
         self._device = device
-        # Initializers a run may override (listed as graph inputs) and those it may not.
-        self._sources = graph.inputs + tuple(name for name in graph.constants if name not in graph.inputs)
+        # What the program takes: the graph inputs, then the constants (a run may feed those
+        # initializers that the graph also lists as inputs).
+        self._sources = graph.inputs + tuple(graph.constants)
         self._constants: dict[str, jax.Array] | None = None
         self._steps: dict[tuple, tuple[_Step, ...] | None] = {}
         self._jitted = jax.jit(self._trace, static_argnames="modes")
@@ -684,25 +692,34 @@ class _Program:
         if steps is None:
             return None
         modes, normalised = [], []
+        placed = dict(zip(self._sources, values))
         for plan, source, in_range in steps:
             mode, replacement = self._IN_PROGRAM, None
             if source is not None and in_range is not None:
+                # As eager calls test them (jax_gather._eager): small ones in one pass, and
+                # normalised here where they hold negatives; larger ones by a minimum and a
+                # maximum, and normalised in the program where they hold negatives. Passed to
+                # the program as its own argument either way, so that only the modes decide
+                # which programs there are.
                 indices = feeds[source] if source in feeds else constants[source]
-                if in_range(indices):
-                    mode = "in_range"
-                elif indices.size <= _eager.HOST_NORMALISED_INDICES:
+                mode, replacement = "in_range", placed[source]
+                if indices.size > _eager.SMALL_HOST_INDICES:
+                    verdict = _bounds.judge_on_host(plan, indices)
+                    if verdict == _bounds.OUT_OF_BOUNDS:
+                        return None
+                    if verdict == _bounds.IN_BOUNDS:
+                        mode = "promise_in_bounds"
+                elif not in_range(indices):
                     replacement = _bounds.normalised_on_host(plan, indices)
                     if replacement is None:
                         return None  # out of bounds
                     replacement = _eager.aligned_for_cpu(replacement, on_cpu)
-                    mode = "in_range"
-                elif _bounds.any_out_of_bounds(plan, indices):
-                    return None
-                else:  # normalised in the program, fused with the gather
-                    mode = "promise_in_bounds"
             modes.append(mode)
             normalised.append(replacement)
-        outputs, ok = self._jitted(values, tuple(normalised), modes=tuple(modes))
+        try:
+            outputs, ok = self._jitted(values, tuple(normalised), modes=tuple(modes))
+        except (IndexError, TypeError, ValueError):
+            return None  # raised while tracing (computed indices into an empty axis, say)
         if ok is not None and not bool(ok):  # the one value read back before the outputs
             return None
         return outputs
@@ -710,8 +727,9 @@ class _Program:
     def _plan(self, signature: tuple) -> tuple[_Step, ...] | None:
         """Each gather node's step, for sources of these (shape, dtype); None where a plan
         fails (the node's error is due)."""
-        if signature in self._steps:
-            return self._steps[signature]
+        known = self._steps.get(signature, self)  # self: not planned yet (None: plans fail)
+        if known is not self:
+            return known  # type: ignore[return-value]
         shapes = {name: shape for name, (shape, _) in zip(self._sources, signature)}
         dtypes = {name: dtype for name, (_, dtype) in zip(self._sources, signature)}
         origin = {name: name for name in self._sources}  # through Identity nodes
@@ -747,8 +765,8 @@ class _Program:
     def _trace(
         self, values: tuple, normalised: tuple, *, modes: tuple[str, ...]
     ) -> tuple[tuple[jax.Array, ...], Any]:
-        """The graph on ``values`` (one per source); a gather node's indices are replaced by
-        its entry of ``normalised`` where that is not None."""
+        """The graph on ``values`` (one per source); a gather node's indices are its entry of
+        ``normalised`` where that is not None (indices tested on the host)."""
         env = dict(zip(self._sources, values))
         flags = []
         step = iter(zip(modes, normalised))

@@ -220,16 +220,15 @@ def _contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, 
         fn = lambda d, i: op(d, i, case.attribute, mode=mode)
         return jax.vmap(fn) if case.vmapped else fn
 
-    compiled = jax.jit
     fns = {
-        "jax_gather": compiled(ours("checked")),
-        "jax_gather[promise]": compiled(ours("promise_in_bounds")),
-        "jax_gather[fill]": compiled(ours("fill")),
-        "jnp": compiled(_jnp_equivalent(case)),
+        "jax_gather": jax.jit(ours("checked")),
+        "jax_gather[promise]": jax.jit(ours("promise_in_bounds")),
+        "jax_gather[fill]": jax.jit(ours("fill")),
+        "jnp": jax.jit(_jnp_equivalent(case)),
     }
     # The default mode compiled a second time: the same machine code at other addresses,
     # timed as a contender, measures how far apart this run puts two identical programs.
-    fns[SAME_PROGRAM] = compiled(ours("checked"))
+    fns[SAME_PROGRAM] = jax.jit(ours("checked"))
     calls: dict[str, Callable[[], Any]] = {
         name: functools.partial(_ready, f, d, i) for name, f in fns.items()
     }

@@ -41,6 +41,17 @@ class OverheadCase:
     quick: bool = True
 
 
+def _numpy_aligned_16(array: np.ndarray) -> np.ndarray:
+    """A copy of ``array`` whose data starts 16 bytes past a 64-byte boundary: where NumPy's
+    allocations usually start, fixed so that runs do not differ by where they happen to land
+    (JAX's CPU client aliases 64-byte aligned arrays and copies others)."""
+    buffer = np.empty(array.nbytes + 128, np.uint8)
+    start = -buffer.ctypes.data % 64 + 16
+    copy = buffer[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(copy, array)
+    return copy
+
+
 def _ready(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
     return lambda: fn(*args).block_until_ready()
 
@@ -57,7 +68,12 @@ def _eager_gather(mode: str, on_host: bool = False, negative: bool = True) -> Ca
 
         rng = np.random.default_rng(0)
         table, ids = _table(rng), rng.integers(-ROWS if negative else 0, ROWS, IDS)
-        d, i = (table, ids) if on_host else (jnp.asarray(table), jnp.asarray(ids))
+        d: Any
+        i: Any
+        if on_host:
+            d, i = _numpy_aligned_16(table), _numpy_aligned_16(ids)
+        else:
+            d, i = jnp.asarray(table), jnp.asarray(ids)
         ours = jax_gather.gather if mode == "checked" else functools.partial(jax_gather.gather, mode=mode)
         theirs: Callable[..., Any]
         if mode == "promise_in_bounds":  # a mode jnp.take does not take
@@ -69,15 +85,18 @@ def _eager_gather(mode: str, on_host: bool = False, negative: bool = True) -> Ca
     return make
 
 
-def _eager_elements() -> Calls:
-    import jax.numpy as jnp
+def _eager_elements(negative: bool) -> Callable[[], Calls]:
+    def make() -> Calls:
+        import jax.numpy as jnp
 
-    import jax_gather
+        import jax_gather
 
-    rng = np.random.default_rng(1)
-    d = jnp.asarray(rng.standard_normal((100, COLS), dtype=np.float32))
-    i = jnp.asarray(rng.integers(-COLS, COLS, (100, 16)))
-    return _ready(jax_gather.gather_elements, d, i, 1), _ready(jnp.take_along_axis, d, i, 1)
+        rng = np.random.default_rng(1)
+        d = jnp.asarray(rng.standard_normal((100, COLS), dtype=np.float32))
+        i = jnp.asarray(rng.integers(-COLS if negative else 0, COLS, (100, 16)))
+        return _ready(jax_gather.gather_elements, d, i, 1), _ready(jnp.take_along_axis, d, i, 1)
+
+    return make
 
 
 def _eager_nd() -> Calls:
@@ -139,11 +158,12 @@ def _backend(rows: int, cols: int, ids: int) -> Callable[[], Calls]:
 
         model = lookup_model(rows, cols, ids)
         rng = np.random.default_rng(4)
-        feeds = {
+        made: dict[str, np.ndarray] = {
             "x": rng.standard_normal((rows, cols), dtype=np.float32),
             "ids": rng.integers(-rows, rows, ids),
             "cols": rng.integers(-cols, cols, (ids, cols)),
         }
+        feeds = {name: _numpy_aligned_16(value) for name, value in made.items()}
         rep = backend.prepare(model)
         session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         return (lambda: rep.run(feeds)), (lambda: session.run(None, feeds))
@@ -175,7 +195,8 @@ CASES = (
         EAGER,
         _eager_gather("checked", on_host=True, negative=False),
     ),
-    OverheadCase("eager gather_elements", "take_along_axis", EAGER, _eager_elements),
+    OverheadCase("eager gather_elements", "take_along_axis", EAGER, _eager_elements(False)),
+    OverheadCase("eager gather_elements, ids < 0", "take_along_axis", EAGER, _eager_elements(True)),
     OverheadCase("eager gather_nd", "jnp indexing", EAGER, _eager_nd),
     OverheadCase("jitted gather, checked", "jit jnp.take", JITTED, _jitted(None)),
     OverheadCase("jitted gather, clip", "jit jnp.take clip", JITTED, _jitted("clip")),

@@ -19,7 +19,7 @@ from jax_gather import backend
 from tests import reference
 from tests.compat import enable_x64
 from tests.onnx_models import GraphBuilder, onnx_node_cases, onnxruntime_session
-from tests.programs import counting_compiles
+from tests.programs import counting_compiles, stdout_with_cpu_devices
 
 NODE_CASES = onnx_node_cases()
 
@@ -404,6 +404,71 @@ def test_negative_index_inputs_of_every_size_match_onnxruntime(size):
     _assert_outputs(backend.prepare(model).run(feeds), expected)
     with pytest.raises(IndexError, match=re.escape("indices[3] = 50 is out of bounds for axis 0 of size 50")):
         backend.prepare(model).run({**feeds, ids: np.where(np.arange(size) == 3, 50, feeds[ids])})
+
+
+def test_a_name_assigned_twice_is_refused():
+    # An ONNX graph assigns each name once; a node that reuses one would make its readers
+    # ambiguous (the node-by-node and the one-program runs would read different values).
+    nodes = [helper.make_node("Gather", ["table", "i"], ["i"], name="again")]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("table", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    message = "Gather node 'again': its output must be a new name (an ONNX graph assigns each name once)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        backend.prepare(model)
+
+
+def test_computed_indices_into_an_empty_axis_name_the_node():
+    b = GraphBuilder()
+    empty = b.tensor(np.zeros((0, 3), np.float32), "input")
+    picked = b.node(
+        "Gather", [b.tensor(np.array([0], np.int64), "initializer"), b.tensor(np.array([0]), "input")]
+    )
+    out = b.node("Gather", [empty, picked])
+    with pytest.raises(
+        IndexError, match=re.escape(f"Gather node 'n_{out}': indices[0] = 0 is out of bounds")
+    ):
+        backend.prepare(b.model([out], 13)).run(b.feeds)
+
+
+def test_index_inputs_of_either_kind_compile_no_more_programs():
+    b = GraphBuilder()
+    table = b.tensor(np.arange(12, dtype=np.float32).reshape(4, 3), "input")
+    ids = b.tensor(np.array([0, 1]), "input")
+    rep = backend.prepare(b.model([b.node("Gather", [table, ids])], 13))
+    feeds = [np.ones((4, 3), np.float32), np.array([0, 3])]
+    rep.run(feeds)
+    rep.run([feeds[0], np.array([-4, 3])])  # normalised on the host: the same program
+    with counting_compiles() as count:
+        for ids_ in ([1, 2], [-1, 0], [3, -4]):
+            rep.run([feeds[0], np.array(ids_)])
+    assert count[0] == 0
+
+
+@pytest.mark.slow
+def test_a_model_prepared_for_a_device_runs_there():
+    code = """
+import numpy as np
+from jax_gather import backend
+from tests.test_backend import _gather_model
+seen = []
+run = backend._Program.run
+def spy(self, feeds):
+    outputs = run(self, feeds)
+    seen.append(sorted(d.id for d in outputs[0].devices()))
+    return outputs
+backend._Program.run = spy
+rep = backend.prepare(_gather_model(), "CPU:1")  # no constants: every argument is a feed
+print(rep.run([np.arange(6, dtype=np.float32).reshape(3, 2), np.array([2, -3])])[0].tolist(), seen)
+"""
+    assert stdout_with_cpu_devices(code, devices=2).strip() == "[[4.0, 5.0], [0.0, 1.0]] [[1]]"
 
 
 def test_run_accepts_lists_tuples_dicts_and_one_array():

@@ -153,14 +153,22 @@ def test_the_cpu_client_aliases_numpy_arrays_aligned_to_cpu_alignment():
     assert np.shares_memory(np.asarray(jax.device_put(aligned, CPU)), aligned)
     misaligned = _numpy_at(1 << 20, 16)  # NumPy's own alignment
     assert not np.shares_memory(np.asarray(jax.device_put(misaligned, CPU)), misaligned)
-    assert _eager.aligned_for_cpu(misaligned, True).ctypes.data % _eager.CPU_ALIGNMENT == 0
+    copy = _eager.aligned_for_cpu(misaligned, True)
+    assert copy.ctypes.data % _eager.CPU_ALIGNMENT == 0 and np.array_equal(copy, misaligned)
 
 
 def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
-    small = [jax.device_put(_numpy_at(_eager.CPU_COPIED_INLINE - 64, 16), CPU) for _ in range(10)]
-    assert all(x.is_ready() for x in small)
-    large = [jax.device_put(_numpy_at(4 << 20, 16), CPU) for _ in range(10)]
-    assert sum(x.is_ready() for x in large) <= 5, "the CPU client copies large arrays on the calling thread"
+    # Ready as the call returns: copied on the calling thread (4 MiB takes about half a ms).
+    def ready_on_return(nbytes: int) -> bool:
+        array = _numpy_at(nbytes, 16)
+        placed = jax.device_put(array, CPU)
+        ready = placed.is_ready()
+        placed.block_until_ready()
+        return ready
+
+    assert all(ready_on_return(_eager.CPU_COPIED_INLINE - 64) for _ in range(10))
+    large = sum(ready_on_return(4 << 20) for _ in range(10))
+    assert large <= 5, "the CPU client copies large arrays on the calling thread"
 
 
 # ---- batched_nd_fill_from_pad, short_lookup_fill_from_pad ---------------------------------------

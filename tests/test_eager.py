@@ -78,6 +78,8 @@ def test_fill_values_that_compare_equal_are_told_apart(mode):
     for _ in range(2):
         assert not np.signbit(fn(0.0)[1]) and np.signbit(fn(-0.0)[1])
         assert fn(True)[1] == 1 and fn(1)[1] == 1 and np.isnan(fn(float("nan"))[1])
+        nan, negative_nan = fn(float("nan"))[1], fn(-float("nan"))[1]
+        assert np.isnan(negative_nan) and not np.signbit(nan) and np.signbit(negative_nan)
 
 
 def test_an_attribute_of_another_type_is_judged_again():
@@ -86,6 +88,27 @@ def test_an_attribute_of_another_type_is_judged_again():
         jax_gather.gather(data, ids, 1)
     with pytest.raises(TypeError, match="Gather: axis must be an integer, got the bool True"):
         jax_gather.gather(data, ids, True)
+
+
+def test_arguments_a_signature_cannot_hold_are_judged_every_time():
+    data = np.arange(5.0, dtype=np.float32)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="Gather: mode must be one of"):
+            jax_gather.gather(data, np.array([0]), mode=["clip"])
+        swapped = np.array([-5, 4], ">i4")  # big-endian: not the bytes a host test reads
+        assert jax_gather.gather(data, swapped).tolist() == [0.0, 4.0]
+        with pytest.raises(IndexError, match=re.escape("indices[0] = -9 is out of bounds")):
+            jax_gather.gather(data, np.array([-9, 0], ">i4"))
+
+
+def test_concrete_arrays_inside_an_enclosing_jit():
+    # Closed over by a jitted function, concrete arrays take the eager path inside the trace,
+    # the checks on the device included (as on an accelerator).
+    table, ids = jnp.arange(12.0).reshape(4, 3), jnp.asarray([0, -1])
+    assert jax.jit(lambda: jax_gather.gather(table, ids))().tolist() == [[0, 1, 2], [9, 10, 11]]
+    plan = plans.gather_plan(table.shape, ids.shape, 0)
+    on_device = functools.partial(_eager._checked_on_device, plan, ops._programs(plan, None))
+    assert jax.jit(lambda: on_device(table, ids))().tolist() == [[0, 1, 2], [9, 10, 11]]
 
 
 def test_the_x64_setting_is_part_of_the_signature():
@@ -137,7 +160,7 @@ def test_where_indices_live_decides_where_they_are_judged():
     assert _eager.on_host(np.zeros(2, np.int32)) and _eager.on_host(jnp.zeros(2, jnp.int32))
 
 
-@pytest.mark.parametrize("size", [_eager.HOST_NORMALISED_INDICES, _eager.HOST_NORMALISED_INDICES + 1])
+@pytest.mark.parametrize("size", [_eager.SMALL_HOST_INDICES, _eager.SMALL_HOST_INDICES + 1])
 def test_negative_numpy_indices_either_side_of_the_host_normalisation(size):
     data = make_data((7, 3), np.int32, 0)
     ids = np.resize(np.array([-7, 6, -1, 0], np.int64), size)
@@ -191,7 +214,10 @@ def test_host_bounds_tests_match_numpy(dtype, shape, size, tuples, seed):
     in_range = bool(np.all((wide >= 0) & (wide < bound)))
     in_bounds = bool(np.all((wide >= -bound) & (wide < bound)))
     assert _bounds.in_range_on_host(plan, indices) == in_range
-    assert _bounds.any_out_of_bounds(plan, indices) == (not in_bounds)
+    verdict = _bounds.judge_on_host(plan, indices)
+    assert verdict == (
+        _bounds.IN_RANGE if in_range else _bounds.IN_BOUNDS if in_bounds else _bounds.OUT_OF_BOUNDS
+    )
     moved = _bounds.normalised_on_host(plan, indices)
     if not in_bounds:
         assert moved is None
