@@ -158,7 +158,8 @@ def test_the_cpu_client_aliases_numpy_arrays_aligned_to_cpu_alignment():
 
 
 def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
-    # Ready as the call returns: copied on the calling thread (4 MiB takes about half a ms).
+    # Ready as the call returns: copied on the calling thread. A large copy is handed over, so
+    # it is not ready at least some of the time (on a busy machine it may finish first).
     def ready_on_return(nbytes: int) -> bool:
         array = _numpy_at(nbytes, 16)
         placed = jax.device_put(array, CPU)
@@ -167,8 +168,8 @@ def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
         return ready
 
     assert all(ready_on_return(_eager.CPU_COPIED_INLINE - 64) for _ in range(10))
-    large = sum(ready_on_return(4 << 20) for _ in range(10))
-    assert large <= 5, "the CPU client copies large arrays on the calling thread"
+    large = sum(ready_on_return(64 << 20) for _ in range(10))
+    assert large < 10, "the CPU client copies large arrays on the calling thread"
 
 
 # ---- batched_nd_fill_from_pad, short_lookup_fill_from_pad ---------------------------------------
