@@ -70,7 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="time jax_gather against jnp, onnxruntime and numpy on this machine",
         description="Paired-ratio benchmark of jax_gather against its peers (see jax_gather.bench).",
     )
-    bench.add_argument("--quick", action="store_true", help="the six float32 shapes and the small calls, fewer rounds (< 1 min)")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="the six float32 shapes and the small calls, fewer rounds (< 1 min)",
+    )
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
