@@ -197,19 +197,15 @@ def choices() -> list[Choice]:
             chosen=_nd_batching,
             alternative=_nd_by_iota,
         ),
-        Choice(
-            "bounds in unsigned arithmetic (vs a signed normalise and clamp)",
-            "gather_elements axis 0",
-            "default mode",
-            chosen=_fill_select(ge, 0, signed=False),
-            alternative=_fill_select(ge, 0, signed=True),
-        ),
-        Choice(
-            "bounds in unsigned arithmetic (vs a signed normalise and clamp)",
-            "gather_nd scalars",
-            "default mode",
-            chosen=_fill_select(nd, 0, signed=False),
-            alternative=_fill_select(nd, 0, signed=True),
+        *(
+            Choice(
+                "bounds in unsigned arithmetic (vs a signed normalise and clamp)",
+                case,
+                "default mode",
+                chosen=_fill_select(plan_fn, 0, signed=False),
+                alternative=_fill_select(plan_fn, 0, signed=True),
+            )
+            for plan_fn, case in ((ge, "gather_elements axis 0"), (nd, "gather_nd scalars"))
         ),
         Choice(
             "int32 working indices where the axes allow (vs int64)",

@@ -96,7 +96,7 @@ def remember(key: tuple, call: Call) -> None:
 
 
 def clear() -> None:
-    """Forgets every signature (for tests, and after a change of lowering)."""
+    """Forgets every signature (for tests)."""
     _calls.clear()
 
 
