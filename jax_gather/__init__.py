@@ -3,6 +3,7 @@
 from jax_gather._bounds import in_bounds
 from jax_gather.allocator import AllocatorTuning, tune_cpu_allocator
 from jax_gather.checked import checked
+from jax_gather.onnx_export import register_jax2onnx
 from jax_gather.ops import gather, gather_elements, gather_nd
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -17,6 +18,7 @@ __all__ = [
     "gather_nd_plan",
     "gather_plan",
     "in_bounds",
+    "register_jax2onnx",
     "tune_cpu_allocator",
 ]
 __version__ = "0.1.0"

@@ -82,6 +82,23 @@ def _apply(
     if fills and plan.tuple_indices:
         ok = jnp.all(ok, axis=-1)  # a tuple is in bounds when every component is
 
+    trivial = without_gather(data, indices, fill, plan, mode)
+    if trivial is not None:
+        return trivial
+
+    if plan.data_block is not None:
+        data = lax.slice(data, (0,) * data.ndim, plan.data_block)
+    if fills:
+        out = _lowering.gather_or_fill(data, indices, ok, fill, plan)
+    else:
+        out = _lowering.gather(data, indices, plan, clip=mode == "clip", in_range=mode == "in_range")
+    chex.assert_shape(out, plan.output_shape)
+    return out
+
+
+def without_gather(data: Any, indices: Any, fill: Any, plan: GatherPlan, mode: str) -> jax.Array | None:
+    """The result where no element is read (an empty output, or "fill" on an empty indexed
+    axis), else None; raises where no index can be valid."""
     if 0 in plan.index_sizes and 0 not in indices.shape and mode != "fill":
         # Statically known: no index is valid on an empty axis, so even traced indices fail.
         axis = plan.dimension_numbers.start_index_map[plan.index_sizes.index(0)]
@@ -95,15 +112,7 @@ def _apply(
         return jnp.zeros(plan.output_shape, data.dtype)
     if 0 in plan.index_sizes:
         return jnp.broadcast_to(fill, plan.output_shape)
-
-    if plan.data_block is not None:
-        data = lax.slice(data, (0,) * data.ndim, plan.data_block)
-    if fills:
-        out = _lowering.gather_or_fill(data, indices, ok, fill, plan)
-    else:
-        out = _lowering.gather(data, indices, plan, clip=mode == "clip", in_range=mode == "in_range")
-    chex.assert_shape(out, plan.output_shape)
-    return out
+    return None
 
 
 def _run(
