@@ -96,7 +96,7 @@ def remember(key: tuple, call: Call) -> None:
 
 
 def clear() -> None:
-    """Forgets every signature (for tests)."""
+    """Forgets every signature (for tests, and around an export to ONNX, whose programs differ)."""
     _calls.clear()
 
 

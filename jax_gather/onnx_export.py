@@ -16,9 +16,10 @@ node. The modes become ONNX around it:
   that puts ``fill_value`` where an index was out of bounds (in a type of the same values
   where onnxruntime's Where lacks the dtype).
 
-Outside the converter nothing changes: JAX's trace caches are cleared when the plugin's
-binding starts and ends, so no program traced for export is reused by a later call, and no
-program traced before is exported. The swap is process-wide, as jax2onnx's own patches of
+Outside the converter nothing changes: the eager calls' programs are dropped, and JAX's trace
+caches cleared where a trace may hold the ops, when the plugin's binding starts and ends, so
+no program traced for export is reused by a later call, and no program traced before is
+exported. The swap is process-wide, as jax2onnx's own patches of
 ``jax.numpy`` are: no other thread should call the ops while a conversion runs.
 """
 
@@ -35,7 +36,7 @@ import numpy as np
 from jax import export, lax
 from jax.interpreters import ad, batching, mlir
 
-from jax_gather import ops
+from jax_gather import _eager, ops
 from jax_gather._cpu import PROMISE
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -88,9 +89,9 @@ def _coordinates(plan: GatherPlan, indices: Any) -> tuple[Any, lax.GatherDimensi
     dnums = plan.dimension_numbers
     if indices.dtype not in (jnp.int32, jnp.int64):
         indices = indices.astype(jnp.int32)
-    sizes = jnp.asarray(np.asarray(plan.index_sizes), indices.dtype)
+    sizes = _sizes(plan, indices.dtype)
     if not plan.tuple_indices:
-        sizes, indices = sizes[0], indices.reshape(indices.shape + (1,))
+        indices = indices.reshape(indices.shape + (1,))
     idx = jnp.where(indices < 0, indices + sizes, indices)
     if not dnums.operand_batching_dims:
         return idx, dnums
@@ -183,11 +184,8 @@ def _bounds(plan: GatherPlan, dtype: Any) -> tuple[Any, Any]:
     """The valid range [-s, s-1] of each indexed axis, limited to what ``dtype`` holds (None
     where the whole of that side of the dtype is valid: no compare is needed there)."""
     info = jnp.iinfo(dtype)
-    sizes: Any
-    if _symbolic(plan):  # values of the program; the indices are in the node's dtype, or unsigned
-        sizes = jnp.stack([jnp.asarray(s) for s in plan.index_sizes]).astype(dtype)
-        if not plan.tuple_indices:
-            sizes = sizes[0]
+    if _symbolic(plan):  # the indices are in the node's dtype, or a wide unsigned one
+        sizes = _sizes(plan, dtype)
         return (None if info.min == 0 else -sizes), sizes - 1
     sizes = np.asarray(plan.index_sizes, np.int64)
     low, high = np.maximum(-sizes, info.min), np.minimum(sizes - 1, min(info.max, _INT64_MAX))
@@ -196,6 +194,16 @@ def _bounds(plan: GatherPlan, dtype: Any) -> tuple[Any, Any]:
     low_array = None if np.all(low == info.min) else np.asarray(low, dtype)
     high_array = None if np.all(high == info.max) else np.asarray(high, dtype)
     return low_array, high_array
+
+
+def _sizes(plan: GatherPlan, dtype: Any) -> Any:
+    """The size of each indexed axis in ``dtype`` (one for Gather and GatherElements): values
+    of the program where they are symbolic."""
+    if _symbolic(plan):
+        sizes = jnp.stack([jnp.asarray(s) for s in plan.index_sizes]).astype(dtype)
+    else:
+        sizes = jnp.asarray(np.asarray(plan.index_sizes), dtype)
+    return sizes if plan.tuple_indices else sizes[0]
 
 
 def _symbolic(plan: GatherPlan) -> bool:
@@ -219,9 +227,14 @@ def _node_indices(indices: Any) -> Any:
     return indices.astype(jnp.int64 if indices.dtype.itemsize == 8 else jnp.int32)
 
 
+def _wide_unsigned(dtype: Any) -> bool:
+    """uint32 and uint64: their values do not all fit the signed index dtype of the same width."""
+    return bool(jnp.issubdtype(dtype, jnp.unsignedinteger)) and jnp.dtype(dtype).itemsize >= 4
+
+
 def _clipped(plan: GatherPlan, indices: Any) -> Any:
     """The indices clamped to [-s, s-1], in the node's index dtype."""
-    if jnp.issubdtype(indices.dtype, jnp.unsignedinteger) and indices.dtype.itemsize >= 4:
+    if _wide_unsigned(indices.dtype):
         # Down to s-1 in their own dtype first: the signed cast is then exact.
         low, high = _bounds(plan, indices.dtype)
         return _node_indices(indices if high is None else jnp.minimum(indices, high))
@@ -263,17 +276,20 @@ def _apply_for_onnx(
     data: Any, indices: Any, fill: Any, *, plan: GatherPlan, mode: str, fill_bytes: bytes | None = None
 ) -> Any:
     """``ops._apply`` while jax2onnx traces: the modes as ONNX ops around ``onnx_gather``."""
+    ops.traced_since_cleared = True
     if fill_bytes is not None:
         fill = np.frombuffer(fill_bytes, data.dtype).reshape(())
     trivial = ops.without_gather(data, indices, fill, plan, mode)
     if trivial is not None:
         return trivial
     node = functools.partial(onnx_gather, op_name=plan.op_name, attribute=_attribute(plan))
-    if _symbolic(plan) and mode in ("clip", "fill") and jnp.issubdtype(indices.dtype, jnp.signedinteger):
-        indices = _node_indices(indices)  # where -s surely fits
+    if _symbolic(plan) and mode in ("clip", "fill") and not _wide_unsigned(indices.dtype):
+        indices = _node_indices(indices)  # where s and -s surely fit
     if mode == "clip":
         return node(data, _clipped(plan, indices))
     if mode != "fill":  # checked, promise_in_bounds, in_range: ONNX's own rules
+        if indices.dtype == jnp.uint64:  # saturated, so that the node's cast to int64 keeps
+            indices = jnp.minimum(indices, np.uint64(_INT64_MAX))  # them out of range
         return node(data, indices)
     ok = _in_bounds(plan, indices)
     # Out-of-bounds indices read position 0 (its value is replaced): the cast of an
@@ -285,17 +301,28 @@ def _apply_for_onnx(
 # ---- the jax2onnx plugin -------------------------------------------------------------------
 
 
+def _forget_programs() -> None:
+    """Drops every program that may hold the other form of the ops: the eager calls' (cheap to
+    make again), and JAX's caches of traces where one holds the ops (JAX caches traces by
+    function, not by what a module holds), which costs every program in the process."""
+    ops._programs.cache_clear()
+    _eager.clear()
+    if ops.traced_since_cleared:
+        jax.clear_caches()
+        ops.traced_since_cleared = False
+
+
 @contextlib.contextmanager
 def _ops_bind_onnx_nodes() -> Iterator[None]:
-    """While jax2onnx converts: the ops bind ``onnx_gather_p``, and no trace is shared with
-    programs outside (JAX caches traces by function, not by what a module holds)."""
-    jax.clear_caches()
+    """While jax2onnx converts: the ops bind ``onnx_gather_p``, and no program is shared with
+    calls outside."""
+    _forget_programs()
     ops._apply = _apply_for_onnx  # type: ignore[assignment]
     try:
         yield
     finally:
         ops._apply = _run_gather
-        jax.clear_caches()
+        _forget_programs()
 
 
 _EXTRA = "pip install 'jax_gather[export]'"

@@ -56,6 +56,11 @@ def _as_indices(op_name: str, indices: Any) -> tuple[Any, Any]:
     return host, host
 
 
+# Whether any trace holds the library's program since JAX's caches were last cleared for an
+# export to ONNX (set at trace time; jax_gather.onnx_export clears them only where one may).
+traced_since_cleared = False
+
+
 @functools.partial(jax.jit, static_argnames=("plan", "mode", "fill_bytes"), inline=True)
 def _apply(
     data: jax.Array,
@@ -66,6 +71,8 @@ def _apply(
     mode: str,
     fill_bytes: bytes | None = None,
 ) -> jax.Array:
+    global traced_since_cleared
+    traced_since_cleared = True
     if fill_bytes is not None:
         fill = np.frombuffer(fill_bytes, data.dtype).reshape(())
     # Trace-time invariants between the plan and the operands (cheap: shapes only).

@@ -142,7 +142,9 @@ def check_export(op, data_shape, indices_shape, attribute, mode, dtype, indices_
     (node,) = gather_nodes(model)
     assert node.op_type == op
     assert attributes(node) == {name: attribute % len(data_shape) if op != "GatherND" else attribute}
-    assert {n.op_type for n in model.graph.node} - {op} <= AROUND[mode], model.graph.node
+    # uint64 indices are saturated at 2**63 - 1 (a Min) before their cast to int64.
+    around = AROUND[mode] | ({"Min"} if np.dtype(indices_dtype) == np.uint64 else set())
+    assert {n.op_type for n in model.graph.node} - {op} <= around, model.graph.node
     data = make_data(data_shape, dtype, seed)
     for kind, indices in index_sets(op, data_shape, indices_shape, attribute, indices_dtype, seed).items():
         if kind == "out of bounds" and REFERENCE_MODE[mode] == "raise":
@@ -486,3 +488,85 @@ def test_the_node_primitive_evaluates_in_jax(case, in_axes):
         for b in range(batch)
     ])  # fmt: skip
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int8], ids=lambda d: np.dtype(d).name)
+def test_a_symbolic_axis_longer_than_narrow_indices_can_count(dtype, mode):
+    """The axis size is a value of the program: it must not wrap in the indices' dtype."""
+    (n,) = jax.export.symbolic_shape("N")
+    model = jax2onnx.to_onnx(
+        lambda d, i: jax_gather.gather(d, i, mode=mode),
+        [jax.ShapeDtypeStruct((n,), np.float32), jax.ShapeDtypeStruct((4,), dtype)],
+    )
+    data, indices = np.arange(300, dtype=np.float32), np.array([100, 5, -3, 127], np.int64).astype(dtype)
+    want = reference.gather(data, indices, mode=mode, fill=np.nan)
+    np.testing.assert_array_equal(run(model, data, indices), want)
+
+
+@pytest.mark.parametrize("case", SYMBOLIC_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+def test_the_gradient_exports_with_symbolic_dims(case):
+    op, data_dims, indices_dims, attribute = case
+    fn = OPS[op][0]
+    symbols = dict(zip("BTN", jax.export.symbolic_shape("B, T, N")))
+    spec = lambda dims, dtype: jax.ShapeDtypeStruct(tuple(symbols.get(d, d) for d in dims), dtype)
+    grad = lambda d, i: jax.grad(lambda d: jnp.sum(fn(d, i, attribute) ** 2))(d)
+    model = jax2onnx.to_onnx(grad, [spec(data_dims, np.float32), spec(indices_dims, np.int32)])
+    sizes = {"B": 3, "T": 6, "N": 5}
+    data_shape = tuple(sizes.get(d, d) for d in data_dims)
+    indices_shape = tuple(sizes.get(d, d) for d in indices_dims)
+    data = make_data(data_shape, np.float32, 15)
+    indices = make_indices(indices_shape, index_sizes(op, data_shape, indices_shape, attribute), np.int32, 16)
+    read = positions(op, data_shape, indices, attribute).ravel()
+    want = np.zeros(data.size, np.float32)
+    np.add.at(want, read, 2 * data.ravel()[read])
+    np.testing.assert_allclose(run(model, data, indices), want.reshape(data_shape), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op", list(OPS))
+def test_uint64_indices_beyond_int64_stay_out_of_range(op, mode):
+    """2**64 - 1 must not become -1 (a valid index) on the way to ONNX's int64 indices."""
+    fn, ref, _ = OPS[op]
+    shape = (2,) if op != "GatherND" else (2, 1)
+    model = export(lambda d, i: fn(d, i, 0, mode=mode), (5,), np.float64, shape, np.uint64)
+    data, indices = np.arange(5.0), np.array([2**64 - 1, 2], np.uint64).reshape(shape)
+    if REFERENCE_MODE[mode] == "raise":
+        with pytest.raises(Exception, match=r"(?i)out of|invalid ind"):
+            run(model, data, indices)
+    else:
+        want = ref(data, indices.astype(object), 0, mode=REFERENCE_MODE[mode], fill=np.nan)
+        np.testing.assert_array_equal(run(model, data, indices), want)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_eager_programs_are_not_shared_with_an_export(mode):
+    """An eager call remembers its program; an export of the same call on constants must not
+    reuse it (it would carry the CPU lowerings' bitcasts into ONNX), and calls after the export
+    must run the library's program again."""
+    table, ids = np.arange(10.0, dtype=np.float32), np.array([1, -2], np.int32)
+    if mode in ("clip", "fill"):
+        ids = np.array([1, 12], np.int32)
+    call = lambda: jax_gather.gather(table, ids, mode=mode)
+    before = np.asarray(call())
+    model = jax2onnx.to_onnx(lambda x: x + call(), [jax.ShapeDtypeStruct((2,), np.float32)])
+    onnx.checker.check_model(model, full_check=True)
+    assert [n.op_type for n in gather_nodes(model)] == ["Gather"]
+    np.testing.assert_array_equal(run(model, np.zeros(2, np.float32)), before)
+    after = call()
+    np.testing.assert_array_equal(after, before)
+    plan = jax_gather.gather_plan(table.shape, ids.shape)
+    programs = [ops._programs(plan, None)(m) for m in ("in_range", "promise_in_bounds", "clip")]
+    assert not any(onnx_gather_p.name in str(jax.make_jaxpr(p)(table, ids)) for p in programs)
+
+
+def test_a_conversion_without_the_ops_keeps_jax_s_compiled_programs():
+    """JAX's caches are cleared around an export only where a trace may hold the ops."""
+    spec = [jax.ShapeDtypeStruct((3,), np.float32)]
+    jax2onnx.to_onnx(lambda x: jax_gather.gather(x, np.array([0])), spec)  # the ops: cleared
+    double = jax.jit(lambda x: 2 * x)
+    double(np.ones(3, np.float32))
+    jax2onnx.to_onnx(lambda x: x + 1, spec)
+    assert double._cache_size() == 1
+    jax2onnx.to_onnx(lambda x: jax_gather.gather(x, np.array([0])), spec)
+    assert double._cache_size() == 0
