@@ -1,5 +1,6 @@
 """ONNX Gather, GatherElements and GatherND for JAX, each one ``lax.gather``."""
 
+from jax_gather import openvino
 from jax_gather._bounds import in_bounds
 from jax_gather.allocator import AllocatorTuning, tune_cpu_allocator
 from jax_gather.checked import checked
@@ -18,6 +19,7 @@ __all__ = [
     "gather_nd_plan",
     "gather_plan",
     "in_bounds",
+    "openvino",
     "register_jax2onnx",
     "tune_cpu_allocator",
 ]

@@ -156,7 +156,10 @@ def _choose(
         forward = functools.partial(_rows_in_units, unit=jnp.uint4 if dtype.itemsize == 1 else jnp.uint8)
 
     linear = _linear_index_dtype(shape, x64) if elements and len(shape) >= 2 and one_device else None
-    off_leading_axis = plan.op_name == "Gather" and plan.dimension_numbers.start_index_map != (0,)
+    dn = plan.dimension_numbers  # (the moved axis's rows are whole slices of unbatched data)
+    off_leading_axis = (
+        plan.op_name == "Gather" and dn.start_index_map != (0,) and not dn.operand_batching_dims
+    )
     if use("moved_axis_derivative", off_leading_axis):
         derivative = _rows_of_moved_axis
     elif use("linear_derivative", linear is not None):

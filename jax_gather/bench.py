@@ -1,8 +1,8 @@
 """``python -m jax_gather bench``: jax_gather against its peers on the same machine, same run.
 
 Contenders per shape: jax_gather jitted in the default mode and in ``promise_in_bounds``, the
-jnp equivalent (jitted), onnxruntime's CPU kernel (when installed and the dtype is one it takes)
-and numpy. Each round times every contender (a median over a few calls, with
+jnp equivalent (jitted), onnxruntime's and OpenVINO's CPU kernels (when installed and the shape
+and dtype are ones they take) and numpy. Each round times every contender (a median over a few calls, with
 ``block_until_ready``, after 60 ms of untimed calls of the same contender, so that none is timed
 while the previous one's idle threads still spin: ``--settle-ms``), the order alternating
 between rounds; the figure reported per shape is the median over rounds of the per-round ratio
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-PEERS = ("jnp", "onnxruntime", "numpy")
+PEERS = ("jnp", "onnxruntime", "openvino", "numpy")
 SAME_PROGRAM = "jax_gather[again]"
 # The confidence asked of each interval; with 11 rounds the order statistics give 93.5%.
 CONFIDENCE = 0.9
@@ -55,6 +55,7 @@ class Case:
     dtype: str = "float32"
     vmapped: bool = False  # the op is vmapped over the leading dim of data and indices
     quick: bool = False
+    batch_dims: int = 0  # Gather's (OpenVINO Gather-7/8, tf.gather)
 
     def scaled(self, divisor: int) -> Case:
         """The same case with every dim divided by ``divisor`` (at least 1): for tests."""
@@ -71,13 +72,15 @@ class Case:
         if self.op == "gather_elements":
             data = shrink(self.data_shape)
             return dataclasses.replace(self, data_shape=data, indices_shape=data)
-        return dataclasses.replace(self, data_shape=shrink(self.data_shape), indices_shape=shrink(head))
+        data, b = shrink(self.data_shape), self.batch_dims
+        return dataclasses.replace(self, data_shape=data, indices_shape=data[:b] + shrink(head[b:]))
 
 
 def _cases() -> list[Case]:
     base = [
         Case("gather axis 0 (embedding)", "gather", 0, (50000, 512), (8192,), quick=True),
         Case("gather axis 1", "gather", 1, (512, 4096), (2048,), negative=True, quick=True),
+        Case("gather batch_dims=1 rows", "gather", 1, (64, 1024, 64), (64, 2048), batch_dims=1, quick=True),
         Case("gather_elements axis -1", "gather_elements", -1, (2048, 2048), (2048, 2048), quick=True),
         Case("gather_elements axis 0", "gather_elements", 0, (2048, 2048), (2048, 2048), quick=True),
         Case("gather_nd rows", "gather_nd", 0, (256, 256, 64), (100000, 2), quick=True),
@@ -96,7 +99,8 @@ def _cases() -> list[Case]:
     ]
     variants = [
         dataclasses.replace(c, dtype=dt, name=f"{c.name} {dt}", quick=False)
-        for c in base[:6]
+        for c in base[:7]
+        if not c.batch_dims
         for dt in ("bfloat16", "int8")
     ]
     return base + variants
@@ -114,7 +118,10 @@ def _jnp_equivalent(case: Case) -> Callable[[Any, Any], Any]:
 
     a = case.attribute
     if case.op == "gather":
-        fn = lambda d, i: jnp.take(d, i, axis=a)
+        b = case.batch_dims
+        fn = lambda d, i: jnp.take(d, i, axis=a - b)
+        for _ in range(b):  # Gather's batch dims are a vmap of the unbatched take
+            fn = jax.vmap(fn)
     elif case.op == "gather_elements":
         fn = lambda d, i: jnp.take_along_axis(d, i, axis=a)
     else:
@@ -130,27 +137,38 @@ def _jnp_equivalent(case: Case) -> Callable[[Any, Any], Any]:
 
 def _numpy_equivalent(case: Case) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     a = case.attribute
-    if case.op == "gather":
+    one: Callable[[Any, Any], Any]
+    if case.op == "gather" and case.batch_dims:
+        one = functools.partial(_take_per_example, axis=a, batch_dims=case.batch_dims)
+    elif case.op == "gather":
         one = lambda d, i: np.take(d, i, axis=a)
     elif case.op == "gather_elements":
         one = lambda d, i: np.take_along_axis(d, i, axis=a)
     else:
 
-        def one(d, i):
+        def nd(d, i):
             b = a
             lead = tuple(
                 np.arange(n).reshape((-1,) + (1,) * (i.ndim - 2 - k)) for k, n in enumerate(i.shape[:b])
             )
             return d[lead + tuple(i[..., c] for c in range(i.shape[-1]))]
 
+        one = nd
+
     if case.vmapped:
         return lambda d, i: np.stack([one(x, y) for x, y in zip(d, i)])
     return one
 
 
+def _take_per_example(d: np.ndarray, i: np.ndarray, axis: int, batch_dims: int) -> np.ndarray:
+    if batch_dims == 0:
+        return np.take(d, i, axis=axis)
+    return np.stack([_take_per_example(x, y, axis - 1, batch_dims - 1) for x, y in zip(d, i)])
+
+
 def _onnxruntime_session(case: Case, data: np.ndarray, indices: np.ndarray):
     """A one-node model in onnxruntime, or None where it cannot run this case."""
-    if case.vmapped or case.dtype == "bfloat16":
+    if case.vmapped or case.dtype == "bfloat16" or case.batch_dims:  # ONNX Gather has no batch dims
         return None
     try:
         import onnx
@@ -177,6 +195,57 @@ def _onnxruntime_session(case: Case, data: np.ndarray, indices: np.ndarray):
     return lambda: session.run(None, feed)[0]
 
 
+def import_openvino() -> Any:
+    """The ``openvino`` package, with the opsets of its gathers imported (``ov.opset8``, ...).
+
+    Imported the first time with OpenVINO's telemetry declined: otherwise its import sends an
+    event from a forked process, and a fork in a multithreaded JAX process may deadlock (JAX
+    warns of it). The variable it reads to stay quiet in CI is set for the import alone.
+    """
+    import importlib
+    import os
+    import sys
+
+    if "openvino" not in sys.modules:
+        before = os.environ.get("CI")
+        os.environ["CI"] = "true"
+        try:
+            importlib.import_module("openvino")
+        finally:
+            if before is None:
+                del os.environ["CI"]
+            else:
+                os.environ["CI"] = before
+    for version in (1, 5, 6, 7, 8):
+        importlib.import_module(f"openvino.opset{version}")
+    return sys.modules["openvino"]
+
+
+def _openvino_call(case: Case, data: np.ndarray, indices: np.ndarray):
+    """A one-node model (Gather-8, GatherElements-6, GatherND-8) compiled by OpenVINO's CPU
+    plugin, reading the NumPy inputs in place, or None where it cannot run this case."""
+    if case.vmapped or case.dtype == "bfloat16":
+        return None
+    try:
+        ov = import_openvino()
+    except ImportError:
+        return None
+    opset6, opset8 = ov.opset6, ov.opset8
+    data_in = opset8.parameter(data.shape, ov.Type(data.dtype), name="data")
+    indices_in = opset8.parameter(indices.shape, ov.Type.i32, name="indices")
+    if case.op == "gather":
+        axis = opset8.constant(np.int64(case.attribute))
+        node = opset8.gather(data_in, indices_in, axis, case.batch_dims)
+    elif case.op == "gather_elements":
+        node = opset6.gather_elements(data_in, indices_in, case.attribute)
+    else:
+        node = opset8.gather_nd(data_in, indices_in, case.attribute)
+    compiled = ov.Core().compile_model(ov.Model([node], [data_in, indices_in]), "CPU")
+    request = compiled.create_infer_request()
+    inputs = [data, indices.astype(np.int32)]  # the index type JAX's programs get
+    return lambda: request.infer(inputs, share_inputs=True)[0]
+
+
 def _make_inputs(case: Case, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     import ml_dtypes
 
@@ -198,11 +267,9 @@ def _make_inputs(case: Case, rng: np.random.Generator) -> tuple[np.ndarray, np.n
 def _plan(case: Case, data_shape: tuple[int, ...], indices_shape: tuple[int, ...]):
     from jax_gather import plans
 
-    plan_fn = {
-        "gather": plans.gather_plan,
-        "gather_elements": plans.gather_elements_plan,
-        "gather_nd": plans.gather_nd_plan,
-    }[case.op]
+    if case.op == "gather":
+        return plans.gather_plan(data_shape, indices_shape, case.attribute, case.batch_dims)
+    plan_fn = {"gather_elements": plans.gather_elements_plan, "gather_nd": plans.gather_nd_plan}[case.op]
     return plan_fn(data_shape, indices_shape, case.attribute)
 
 
@@ -217,7 +284,7 @@ def _contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, 
     d, i = jnp.asarray(data), jnp.asarray(indices)
 
     def ours(mode: str) -> Callable[[Any, Any], Any]:
-        fn = lambda d, i: op(d, i, case.attribute, mode=mode)
+        fn = lambda d, i: op(d, i, case.attribute, mode=mode, **_batch_dims(case))
         return jax.vmap(fn) if case.vmapped else fn
 
     fns = {
@@ -235,9 +302,16 @@ def _contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> dict[str, 
     ort = _onnxruntime_session(case, data, indices)
     if ort is not None:
         calls["onnxruntime"] = ort
+    openvino = _openvino_call(case, data, indices)
+    if openvino is not None:
+        calls["openvino"] = openvino
     numpy_fn = _numpy_equivalent(case)
     calls["numpy"] = lambda: numpy_fn(data, indices)
     return calls
+
+
+def _batch_dims(case: Case) -> dict[str, int]:
+    return {"batch_dims": case.batch_dims} if case.batch_dims else {}
 
 
 def _ready(fn: Callable[..., Any], *args: Any) -> Any:
@@ -253,7 +327,7 @@ def _backward_contenders(case: Case, data: np.ndarray, indices: np.ndarray) -> d
     if not np.issubdtype(np.dtype(data.dtype), np.floating) and data.dtype.name != "bfloat16":
         return {}
     op = getattr(jax_gather, case.op)
-    ours = lambda d, i: op(d, i, case.attribute)
+    ours = lambda d, i: op(d, i, case.attribute, **_batch_dims(case))
     if case.vmapped:
         ours = jax.vmap(ours)
     theirs = _jnp_equivalent(case)
@@ -394,6 +468,9 @@ def run_case(
         "ratio_vs_round_min": _median_ratio(times["jax_gather"], np.min([times[p] for p in peers], axis=0)),
         "ratio_promise": _median_ratio(times["jax_gather[promise]"], best),
         "ratio_vs_jnp": _median_ratio(times["jax_gather"], times["jnp"]),
+        "ratio_vs_openvino": (
+            _median_ratio(times["jax_gather"], times["openvino"]) if "openvino" in times else None
+        ),
         "checked_over_fill": _median_ratio(times["jax_gather"], times["jax_gather[fill]"]),
         "bandwidth_GBps": moved / medians["jax_gather"] / 1e9,
         "memcpy_GBps": _memcpy_bandwidth(out_bytes, reps) / 1e9,
@@ -440,9 +517,11 @@ def _format_row(r: dict[str, Any], untuned: bool) -> str:
     peer = f"{r['best_peer']} {r['median_s'][r['best_peer']] * 1e3:.3f}"
     bwd = f"{r['backward_ratio_vs_jnp']:.2f}" if "backward_ratio_vs_jnp" in r else "-"
     same = f"{r['same_program_ratio']:.2f}" if "same_program_ratio" in r else "-"
+    openvino = f"{r['ratio_vs_openvino']:.2f}" if r.get("ratio_vs_openvino") else "-"
     line = (
         f"{r['case']:40s} {r['median_s']['jax_gather'] * 1e3:8.3f} {peer:>17s} {r['ratio']:6.2f} "
-        f"{_interval(r, 'ratio_interval'):>11s} {r['ratio_promise']:7.2f} {r['checked_over_fill']:8.2f} "
+        f"{_interval(r, 'ratio_interval'):>11s} {openvino:>5s} {r['ratio_promise']:7.2f} "
+        f"{r['checked_over_fill']:8.2f} "
         f"{same:>5s} {r['bandwidth_GBps']:6.1f} "
         f"{r['memcpy_GBps']:6.1f} {bwd:>7s} {_faults(r.get('page_faults_per_call')):>6s}"
     )
@@ -458,7 +537,7 @@ def _format_row(r: dict[str, Any], untuned: bool) -> str:
 def _format_table(rows: list[dict[str, Any]]) -> str:
     untuned = any("glibc_default" in r for r in rows)
     head = (
-        f"{'case':40s} {'ours ms':>8s} {'best peer':>17s} {'ratio':>6s} {'interval':>11s} "
+        f"{'case':40s} {'ours ms':>8s} {'best peer':>17s} {'ratio':>6s} {'interval':>11s} {'/ov':>5s} "
         f"{'promise':>7s} {'chk/fill':>8s} {'A/A':>5s} {'GB/s':>6s} {'memcpy':>6s} {'bwd/jnp':>7s} "
         f"{'faults':>6s}"
     )
@@ -483,6 +562,7 @@ def _format_table(rows: list[dict[str, Any]]) -> str:
         "interval: where the median ratio lies, with the confidence printed above (order "
         "statistics of the per-round ratios); A/A: jax_gather / the same program compiled again"
     )
+    lines.append("/ov: jax_gather / OpenVINO's CPU plugin (Gather-8, GatherElements-6, GatherND-8), paired")
     lines.append("faults: minor page faults per call of jax_gather (fresh pages zeroed by the kernel)")
     return "\n".join(lines)
 

@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument(
         "--quick",
         action="store_true",
-        help="the six float32 shapes and the small calls, fewer rounds (< 1 min)",
+        help="the seven float32 shapes and the small calls, fewer rounds (< 1 min)",
     )
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")

@@ -130,6 +130,20 @@ def _moved(x: Any, source: int, destination: int) -> Any:
     return lax.transpose(x, order)
 
 
+def _gather_with_batch_dims(data: Any, indices: Any, *, axis: int, batch_dims: int) -> Any:
+    """Gather with batch dims (Gather-7/8, ``tf.gather``), which ONNX Gather cannot express:
+    per example out[p, i, r] = data[p, indices[i], r], so with data's axis moved next to the
+    batch dims GatherND(batch_dims) gives [batch, i, p, r]; then p goes back in front of i."""
+    b = batch_dims
+    out = onnx_gather(
+        _moved(data, axis, b), indices.reshape(indices.shape + (1,)), op_name="GatherND", attribute=b
+    )
+    i_end = indices.ndim  # out: the batch dims, the index dims up to i_end, axis - b dims of p
+    p_end = i_end + axis - b
+    order = (*range(b), *range(i_end, p_end), *range(b, i_end), *range(p_end, out.ndim))
+    return out if order == tuple(range(out.ndim)) else lax.transpose(out, order)
+
+
 def _batch(args: Any, dims: Any, *, op_name: str, attribute: int) -> tuple[Any, int]:
     """A batch of nodes as one node: the op with an extra leading dim, or (for Gather with
     both operands batched, which ONNX Gather cannot express) GatherND with one batch dim."""
@@ -146,13 +160,7 @@ def _batch(args: Any, dims: Any, *, op_name: str, attribute: int) -> tuple[Any, 
             return onnx_gather(data, indices, op_name=op_name, attribute=a + 1), 0
         if data_dim is None:
             return onnx_gather(data, indices, op_name=op_name, attribute=a), a
-        # Per example out[p, i, r] = data[p, indices[i], r]: with data's axis moved next to
-        # the batch dim, GatherND(batch_dims=1) gives [B, i, p, r], then p goes back in front.
-        data = _moved(data, a + 1, 1)
-        out = onnx_gather(data, indices.reshape(indices.shape + (1,)), op_name="GatherND", attribute=1)
-        q = indices.ndim - 1
-        front = (0, *range(1 + q, 1 + q + a), *range(1, 1 + q))
-        return out.transpose(front + tuple(range(1 + q + a, out.ndim))), 0
+        return _gather_with_batch_dims(data, indices, axis=a + 1, batch_dims=1), 0
     if op_name == "GatherND" and data_dim is None and a == 0:
         return onnx_gather(data, indices, op_name=op_name, attribute=0), 0
     # GatherElements and GatherND: both operands with the same leading batch dim.
@@ -282,7 +290,11 @@ def _apply_for_onnx(
     trivial = ops.without_gather(data, indices, fill, plan, mode)
     if trivial is not None:
         return trivial
-    node = functools.partial(onnx_gather, op_name=plan.op_name, attribute=_attribute(plan))
+    batch_dims = len(plan.dimension_numbers.operand_batching_dims)
+    if plan.op_name == "Gather" and batch_dims:
+        node = functools.partial(_gather_with_batch_dims, axis=_attribute(plan), batch_dims=batch_dims)
+    else:
+        node = functools.partial(onnx_gather, op_name=plan.op_name, attribute=_attribute(plan))
     if _symbolic(plan) and mode in ("clip", "fill") and not _wide_unsigned(indices.dtype):
         indices = _node_indices(indices)  # where s and -s surely fit
     if mode == "clip":

@@ -13,7 +13,7 @@ import numpy as np
 from jax import lax
 
 from jax_gather import _bounds, _eager, _lowering, _strings
-from jax_gather._checks import check_mode, fail
+from jax_gather._checks import check_mode, fail, static_int
 from jax_gather._x64 import x64_enabled_if
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -210,14 +210,31 @@ def _gather_strings(
     return _strings.take(data, taken, fill)
 
 
+@functools.cache
+def _batched_gather_plan(batch_dims: int) -> Callable[..., GatherPlan]:
+    """``gather_plan`` with these batch dims: one function per count, so that eager calls
+    remember their signatures."""
+    return functools.partial(gather_plan, batch_dims=batch_dims)
+
+
 def gather(
-    data: Any, indices: Any, axis: int = 0, *, mode: str = "checked", fill_value: Any = None
+    data: Any,
+    indices: Any,
+    axis: int = 0,
+    *,
+    batch_dims: int = 0,
+    mode: str = "checked",
+    fill_value: Any = None,
 ) -> jax.Array | np.ndarray:
-    """ONNX Gather (opsets 1, 11, 13): take slices of ``data`` along ``axis``.
+    """ONNX Gather (opsets 1, 11, 13), OpenVINO Gather-7/8 and ``tf.gather``: take slices of
+    ``data`` along ``axis``.
 
     ``output[a..., i..., b...] = data[a..., indices[i...], b...]``, of shape
     ``data.shape[:axis] + indices.shape + data.shape[axis + 1:]``; indices may have any rank,
-    including 0, and negative indices in [-s, -1] count from the end of the axis.
+    including 0, and negative indices in [-s, -1] count from the end of the axis. With
+    ``batch_dims=b`` the first ``b`` dims of data and indices are shared batch dims (equal
+    sizes): each example gathers from its own slice of data, and the output's shape is
+    ``data.shape[:axis] + indices.shape[b:] + data.shape[axis + 1:]``.
 
     String data (a NumPy ``str``, ``bytes`` or ``object`` array of strings; ONNX's
     ``tensor(string)``) is gathered on the host, as JAX has no string dtype: the op gathers the
@@ -229,6 +246,8 @@ def gather(
       data: array-like of rank >= 1, any boolean or numeric dtype, or strings.
       indices: integer array-like of any rank.
       axis: static int in [-r, r-1].
+      batch_dims: static int in [-min(r, q), min(r, q)], counted from indices' rank q when
+        negative, and at most ``axis`` once normalised; 0 is ONNX Gather.
       mode: what out-of-bounds indices do: "checked" (default: IndexError on concrete indices;
         a checkify check, and the "fill" result, when traced), "clip", "fill" or
         "promise_in_bounds".
@@ -252,8 +271,14 @@ def gather(
              [[4.5, 5.9]]], dtype=float32)
       >>> jax_gather.gather(["ab", "cd", "ef"], [2, -3])
       array(['ef', 'ab'], dtype='<U2')
+      >>> jax_gather.gather(data, [[2], [0], [1]], axis=1, batch_dims=1)  # a column per row
+      Array([[1.9],
+             [2.3],
+             [5.7]], dtype=float32)
     """
-    return _run(gather_plan, "Gather", data, indices, axis, mode, fill_value)
+    b = static_int("Gather", "batch_dims", batch_dims)
+    plan_fn = gather_plan if b == 0 else _batched_gather_plan(b)
+    return _run(plan_fn, "Gather", data, indices, axis, mode, fill_value)
 
 
 def gather_elements(

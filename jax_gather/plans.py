@@ -81,24 +81,46 @@ def _shape(shape: Sequence[int]) -> Shape:
 
 
 @functools.lru_cache(maxsize=4096)
-def _gather_plan(data_shape: Shape, indices_shape: Shape, axis: int) -> GatherPlan:
+def _gather_plan(data_shape: Shape, indices_shape: Shape, axis: int, batch_dims: int = 0) -> GatherPlan:
     op = "Gather"
     rank_at_least(op, "data", data_shape, 1)
     r, q = len(data_shape), len(indices_shape)
     axis = canonical_axis(op, "axis", axis, r)
-    # Output: data.shape[:axis] + indices.shape + data.shape[axis+1:]; the index dims sit
-    # between the leading and trailing data dims, so the offset dims skip q positions.
-    offset_dims = tuple(range(axis)) + tuple(range(axis + q, r - 1 + q))
-    slice_sizes = data_shape[:axis] + (1,) + data_shape[axis + 1 :]
+    b = batch_dims + q if batch_dims < 0 else batch_dims  # negative: counted from indices' rank
+    if not -min(r, q) <= batch_dims <= min(r, q) or b > axis:
+        raise fail(
+            ValueError,
+            op,
+            f"batch_dims must be in [-{min(r, q)}, {min(r, q)}] (the smaller rank of data and "
+            f"indices) and at most axis ({axis}) once a negative one is counted from indices' "
+            f"rank {q}, got {batch_dims} (data shape {data_shape}, indices shape {indices_shape})",
+        )
+    if data_shape[:b] != indices_shape[:b]:
+        raise fail(
+            ValueError,
+            op,
+            f"the first batch_dims={b} dimensions of data and indices must be equal, got data "
+            f"shape {data_shape} and indices shape {indices_shape}",
+        )
+    # Output: data.shape[:axis] + indices.shape[b:] + data.shape[axis+1:]. The first b dims
+    # are batching dims (of data and indices alike); the index dims sit between the other
+    # leading data dims and the trailing ones, so the offset dims skip q - b positions.
+    offset_dims = tuple(range(b, axis)) + tuple(range(axis + q - b, r - 1 + q - b))
+    slice_sizes = (1,) * b + data_shape[b:axis] + (1,) + data_shape[axis + 1 :]
+    batch = tuple(range(b))
     return GatherPlan(
         op_name=op,
         dimension_numbers=lax.GatherDimensionNumbers(
-            offset_dims=offset_dims, collapsed_slice_dims=(axis,), start_index_map=(axis,)
+            offset_dims=offset_dims,
+            collapsed_slice_dims=(axis,),
+            start_index_map=(axis,),
+            operand_batching_dims=batch,
+            start_indices_batching_dims=batch,
         ),
         slice_sizes=slice_sizes,
         index_sizes=(data_shape[axis],),
         data_block=None,
-        output_shape=data_shape[:axis] + indices_shape + data_shape[axis + 1 :],
+        output_shape=data_shape[:axis] + indices_shape[b:] + data_shape[axis + 1 :],
     )
 
 
@@ -207,12 +229,16 @@ def _gather_nd_plan(data_shape: Shape, indices_shape: Shape, batch_dims: int) ->
     )
 
 
-def gather_plan(data_shape: Sequence[int], indices_shape: Sequence[int], axis: int = 0) -> GatherPlan:
-    """The ``lax.gather`` plan of ONNX Gather for these shapes.
+def gather_plan(
+    data_shape: Sequence[int], indices_shape: Sequence[int], axis: int = 0, batch_dims: int = 0
+) -> GatherPlan:
+    """The ``lax.gather`` plan of ONNX Gather (``batch_dims=0``), OpenVINO Gather-7/8 and
+    ``tf.gather`` for these shapes.
 
-    Output shape ``data.shape[:axis] + indices.shape + data.shape[axis+1:]``: each index picks
-    one slice of ``data`` along ``axis``, which is collapsed; every other data dim is an offset
-    dim of the output.
+    Output shape ``data.shape[:axis] + indices.shape[b:] + data.shape[axis+1:]``: each index
+    picks one slice of ``data`` along ``axis``, which is collapsed; the first ``b`` dims
+    (``batch_dims``, counted from indices' rank when negative, at most ``axis``) are batching
+    dims shared by data and indices; every other data dim is an offset dim of the output.
 
     Example:
       >>> from jax_gather import gather_plan
@@ -222,8 +248,12 @@ def gather_plan(data_shape: Sequence[int], indices_shape: Sequence[int], axis: i
                              operand_batching_dims=(), start_indices_batching_dims=())
       >>> plan.slice_sizes, plan.output_shape
       ((5, 1, 3), (5, 2, 6, 3))
+      >>> batched = gather_plan((2, 5, 3), (2, 4), axis=1, batch_dims=1)  # per example, 4 rows
+      >>> batched.dimension_numbers.operand_batching_dims, batched.output_shape
+      ((0,), (2, 4, 3))
     """
-    return _gather_plan(_shape(data_shape), _shape(indices_shape), static_int("Gather", "axis", axis))
+    axis, batch_dims = static_int("Gather", "axis", axis), static_int("Gather", "batch_dims", batch_dims)
+    return _gather_plan(_shape(data_shape), _shape(indices_shape), axis, batch_dims)
 
 
 def gather_elements_plan(

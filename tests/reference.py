@@ -26,15 +26,18 @@ def _resolve(i: int, size: int, mode: str) -> int | None:
     return None
 
 
-def gather(data, indices, axis=0, mode="raise", fill=None):
+def gather(data, indices, axis=0, mode="raise", fill=None, batch_dims=0):
+    """With ``batch_dims=b`` (OpenVINO Gather-7/8, tf.gather) the first b dims of data and
+    indices are shared: output[p, i, r] = data[p, indices[p[:b], i], r]."""
     data, indices = np.asarray(data), np.asarray(indices)
     axis %= data.ndim
-    out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1 :]
-    out = np.empty(out_shape, dtype=data.dtype)
     q = indices.ndim
+    b = batch_dims % q if batch_dims < 0 else batch_dims
+    out_shape = data.shape[:axis] + indices.shape[b:] + data.shape[axis + 1 :]
+    out = np.empty(out_shape, dtype=data.dtype)
     for pos in itertools.product(*map(range, out_shape)):
-        outer, ind, inner = pos[:axis], pos[axis : axis + q], pos[axis + q :]
-        k = _resolve(indices[ind], data.shape[axis], mode)
+        outer, ind, inner = pos[:axis], pos[axis : axis + q - b], pos[axis + q - b :]
+        k = _resolve(indices[outer[:b] + ind], data.shape[axis], mode)
         out[pos] = fill if k is None else data[outer + (k,) + inner]
     return out
 

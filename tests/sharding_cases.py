@@ -59,6 +59,7 @@ class Placement:
     local_forward: bool | None
     local_backward: bool | None
     why: str = ""
+    batch_dims: int = 0  # Gather's (OpenVINO Gather-7/8, tf.gather)
 
 
 X, Y = "x", "y"
@@ -75,6 +76,8 @@ PLACEMENTS = [
               True, True),
     Placement("gather/table-by-rows", "gather", (64, 16), (12,), 0, (8,), (X, None), (), False, True,
               "forward: a looked-up row lives on one device; the others add zeros"),
+    Placement("gather/batch-dims", "gather", (8, 20, 6), (8, 5), 1, (8,), (X,), (X,), True, True,
+              "each example's rows from its own slice of data", batch_dims=1),
     # GatherElements: every dim but the axis is a batching dim of data and indices alike.
     Placement("gather_elements/rows-axis-1", "gather_elements", (16, 12), (16, 20), 1, (8,), (X, None),
               (X, None), True, True),
@@ -155,8 +158,9 @@ def _expected(p: Placement, mode: str, data: np.ndarray, idx: np.ndarray, ct: np
     positions that were read (none for filled positions)."""
     ref = getattr(reference, p.op)
     ref_mode = {"checked": "fill", "fill": "fill", "clip": "clip", "promise_in_bounds": "raise"}[mode]
-    out = ref(data, idx, p.attr, mode=ref_mode, fill=np.nan)
-    positions = ref(np.arange(data.size).reshape(data.shape), idx, p.attr, mode=ref_mode, fill=-1)
+    batch = {"batch_dims": p.batch_dims} if p.batch_dims else {}
+    out = ref(data, idx, p.attr, mode=ref_mode, fill=np.nan, **batch)
+    positions = ref(np.arange(data.size).reshape(data.shape), idx, p.attr, mode=ref_mode, fill=-1, **batch)
     read = positions >= 0
     grad = np.zeros(data.size, data.dtype)
     np.add.at(grad, positions[read], ct[read])
@@ -183,6 +187,8 @@ def _mesh(shape):
 
 def _op(p: Placement, mode: str):
     op = getattr(jax_gather, p.op)
+    if p.batch_dims:
+        return lambda d, i: op(d, i, p.attr, batch_dims=p.batch_dims, mode=mode)
     return lambda d, i: op(d, i, p.attr, mode=mode)
 
 

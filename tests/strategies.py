@@ -117,3 +117,20 @@ def make_wild_indices(shape, sizes, dtype, seed) -> np.ndarray:
     if info.min == 0:
         values = np.abs(values)
     return np.asarray(np.clip(values, info.min, info.max).astype(dtype))
+
+
+@st.composite
+def batched_gather_cases(draw, index_dtypes=(np.int32, np.int64)):
+    """Gather with batch dims (OpenVINO Gather-7/8, tf.gather): 0 <= b <= axis, data and
+    indices sharing their first b dims; axis and batch_dims drawn negative too."""
+    r = draw(st.integers(1, 4))
+    a = draw(st.integers(0, r - 1))
+    b = draw(st.integers(0, a))
+    data_shape = tuple(draw(nonzero_dims) if d == a else draw(dims) for d in range(r))
+    indices_shape = data_shape[:b] + tuple(draw(dims) for _ in range(draw(st.integers(0, 2))))
+    axis = a - r if draw(st.booleans()) else a
+    q = len(indices_shape)
+    batch_dims = b - q if draw(st.booleans()) and b - q >= -min(r, q) else b  # the spec's range
+    seed = draw(st.integers(0, 2**16))
+    dtype = draw(st.sampled_from(index_dtypes))
+    return data_shape, indices_shape, axis, batch_dims, seed, dtype

@@ -2,6 +2,7 @@
 
 import json
 import mmap
+import os
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ def test_every_contender_computes_the_same_result(case):
     outputs = {name: np.asarray(call()) for name, call in bench._contenders(small, data, indices).items()}
     expected = outputs.pop("jax_gather")
     assert {"jnp", "numpy", "jax_gather[promise]"} <= set(outputs)
+    assert ("openvino" in outputs) == (case.dtype != "bfloat16" and not case.vmapped)
     for name, out in outputs.items():
         np.testing.assert_array_equal(out, expected, err_msg=name)
     assert expected.shape == bench._output_shape(small, data, indices)
@@ -29,7 +31,8 @@ def test_cases_cover_the_issue_shapes():
     assert ("gather", (50000, 512), (8192,)) in shapes
     assert ("gather_nd", (1024, 1024), (1000000, 2)) in shapes
     assert {c.dtype for c in bench.CASES} == {"float32", "bfloat16", "int8"}
-    assert sum(c.quick for c in bench.CASES) == 6
+    assert ("gather", (64, 1024, 64), (64, 2048)) in shapes and any(c.batch_dims for c in bench.CASES)
+    assert sum(c.quick for c in bench.CASES) == 7
 
 
 def test_run_case_reports_paired_ratios():
@@ -37,7 +40,8 @@ def test_run_case_reports_paired_ratios():
     row = bench.run_case(case, rounds=2, reps=1)
     assert row["ratio"] > 0 and row["ratio_promise"] > 0 and row["checked_over_fill"] > 0
     assert row["best_peer"] in bench.PEERS
-    assert set(row["median_s"]) >= {"jax_gather", "jnp", "numpy", "onnxruntime"}
+    assert set(row["median_s"]) >= {"jax_gather", "jnp", "numpy", "onnxruntime", "openvino"}
+    assert row["ratio_vs_openvino"] > 0
     assert row["backward_ratio_vs_jnp"] > 0
     assert 0 < row["bandwidth_GBps"] and 0 < row["memcpy_GBps"]
     assert row["page_faults_per_call"] is None or row["page_faults_per_call"] >= 0
@@ -273,3 +277,20 @@ def test_the_ratio_is_against_the_peer_fastest_over_the_rounds_not_each_rounds_f
     assert row["ratio"] == pytest.approx(1.0)  # median of 1/[1.0, 0.8, 1.2, 0.8, 1.2]
     assert row["ratio_vs_round_min"] == pytest.approx(1.25)  # 1 / 0.8
     assert row["verdict"] == "level"
+
+
+def test_openvino_is_imported_without_its_telemetry_fork():
+    """OpenVINO's import sends telemetry from a forked process unless declined; a fork in a
+    multithreaded JAX process may deadlock."""
+    code = (
+        "import os, time\n"
+        "def fork(): raise AssertionError('forked')\n"
+        "os.fork = fork\n"
+        "from jax_gather import bench\n"
+        "bench.import_openvino()\n"
+        "time.sleep(1)\n"  # the event is sent from a thread
+        "assert 'CI' not in os.environ\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "forked" not in done.stderr, done.stderr[-2000:]

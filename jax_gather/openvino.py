@@ -1,0 +1,178 @@
+"""OpenVINO's gather family, each version with its own defaults, on top of the three ops.
+
+| op | function | out-of-range indices by default |
+|---|---|---|
+| Gather-1, -7 | ``gather(..., version=1)``, ``7`` | "checked": IndexError; negative ones too |
+| Gather-8 | ``gather(...)`` | zeros ("fill" with 0); negative ones count from the end |
+| GatherND-5 | ``gather_nd(..., version=5)`` | "checked"; the output's batch dims folded |
+| GatherND-8 | ``gather_nd(...)`` | "checked"; the batch dims kept (ONNX GatherND) |
+| GatherElements-6 | ``gather_elements(...)`` | "checked" |
+
+``mode`` and ``fill_value`` override the defaults as in the top-level ops. Errors name the
+versioned op ("Gather-8: ...").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_gather import ops
+from jax_gather._checks import canonical_axis, check_mode, fail, static_int
+
+_GATHER_VERSIONS = (1, 7, 8)
+_GATHER_ND_VERSIONS = (5, 8)
+
+
+def _versioned(op_name: str, version: int, call: Callable[[], Any]) -> Any:
+    """``call()``, its errors naming the versioned op ("Gather-8: ..." for "Gather: ...")."""
+    try:
+        return call()
+    except (IndexError, TypeError, ValueError) as error:
+        prefix = f"{op_name}: "
+        message = str(error)
+        if type(error) not in (IndexError, TypeError, ValueError) or not message.startswith(prefix):
+            raise
+        raise type(error)(f"{op_name}-{version}: {message[len(prefix) :]}") from None
+
+
+def _check_version(op_name: str, version: Any, versions: tuple[int, ...]) -> int:
+    if type(version) is not int or version not in versions:
+        raise fail(ValueError, op_name, f"version must be one of {versions}, got {version!r}")
+    return version
+
+
+def _without_negatives(name: str, indices: Any, size: int, mode: str) -> Any:
+    """Gather-1/7 take indices in [0, s-1] only: a negative one is out of range. Concrete ones
+    are checked here in "checked" mode (the error names the negative index); otherwise a
+    negative index becomes one the op treats as out of range (0 in "clip", the nearest end)."""
+    host = None if isinstance(indices, jax.core.Tracer) else np.asarray(indices)
+    xp: Any = np if isinstance(indices, (np.ndarray, list, tuple, int)) else jnp
+    if host is not None and host.dtype.kind == "u":
+        return indices
+    if host is not None and mode == "checked" and host.size and host.min() < 0:
+        position = np.unravel_index(int(np.argmin(host)), host.shape)
+        where = ", ".join(map(str, position))
+        raise IndexError(
+            f"{name}: indices[{where}] = {host[position]} is out of range [0, {size - 1}] "
+            f"({name} takes no negative indices)"
+        )
+    indices = xp.asarray(indices)
+    if not jnp.issubdtype(indices.dtype, jnp.signedinteger):
+        return indices  # unsigned, or a dtype the op refuses in its own words
+    if mode == "clip":
+        return xp.maximum(indices, 0)
+    if jnp.iinfo(indices.dtype).max < size:  # no room past the end: a dtype that has some
+        indices = indices.astype(np.int64 if size > np.iinfo(np.int32).max else np.int32)
+    return xp.where(indices < 0, np.iinfo(indices.dtype).max, indices)
+
+
+def gather(
+    data: Any,
+    indices: Any,
+    axis: int,
+    batch_dims: int = 0,
+    *,
+    version: int = 8,
+    mode: str | None = None,
+    fill_value: Any = None,
+) -> jax.Array | np.ndarray:
+    """OpenVINO Gather-1, -7 and -8 (and ``tf.gather``, which is Gather-7).
+
+    ``output[p, i, r] = data[p, indices[p[:b], i], r]``, of shape
+    ``data.shape[:axis] + indices.shape[b:] + data.shape[axis + 1:]``, with ``b = batch_dims``
+    (see :func:`jax_gather.gather`). Gather-8 counts negative indices from the end and gives
+    zeros for out-of-range ones (its default mode is "fill" with 0); Gather-1 and Gather-7 take
+    indices in [0, s-1] only and default to "checked". Gather-1 has no batch dims.
+
+    Example:
+      >>> from jax_gather import openvino
+      >>> data = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+      >>> openvino.gather(data, [[2, -1], [0, 7]], axis=1, batch_dims=1)  # Gather-8
+      Array([[3., 3.],
+             [4., 0.]], dtype=float32)
+    """
+    version = _check_version("Gather", version, _GATHER_VERSIONS)
+    name = f"Gather-{version}"
+    if version == 1 and batch_dims != 0:
+        raise fail(ValueError, name, f"has no batch_dims (Gather-7 and -8 do), got batch_dims={batch_dims!r}")
+    if mode is None:
+        mode = "fill" if version == 8 else "checked"
+        if version == 8 and fill_value is None:
+            fill_value = 0
+    mode = check_mode(name, mode)
+
+    def call() -> Any:
+        nonlocal indices
+        if version != 8:
+            rank = np.ndim(data)
+            size = np.shape(data)[canonical_axis("Gather", "axis", axis, rank)] if rank else 0
+            indices = _without_negatives(name, indices, size, mode)
+        return ops.gather(data, indices, axis, batch_dims=batch_dims, mode=mode, fill_value=fill_value)
+
+    return _versioned("Gather", version, call)
+
+
+def gather_nd(
+    data: Any,
+    indices: Any,
+    batch_dims: int = 0,
+    *,
+    version: int = 8,
+    mode: str | None = None,
+    fill_value: Any = None,
+) -> jax.Array | np.ndarray:
+    """OpenVINO GatherND-5 and -8: :func:`jax_gather.gather_nd`, whose output GatherND-8 keeps;
+    GatherND-5 folds the ``batch_dims`` leading dims of the output into one.
+
+    Example:
+      >>> from jax_gather import openvino
+      >>> data = [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]
+      >>> openvino.gather_nd(data, [[[1], [0]], [[0], [1]]], batch_dims=2, version=5)
+      Array([2, 3, 5, 8], dtype=int32)
+    """
+    version = _check_version("GatherND", version, _GATHER_ND_VERSIONS)
+    out = _versioned(
+        "GatherND",
+        version,
+        lambda: ops.gather_nd(data, indices, batch_dims, mode=mode or "checked", fill_value=fill_value),
+    )
+    b = static_int("GatherND", "batch_dims", batch_dims)
+    if version == 5 and b > 1:
+        out = out.reshape((math.prod(out.shape[:b]),) + tuple(out.shape[b:]))
+    return out
+
+
+def gather_elements(
+    data: Any, indices: Any, axis: int, *, mode: str | None = None, fill_value: Any = None
+) -> jax.Array | np.ndarray:
+    """OpenVINO GatherElements-6: :func:`jax_gather.gather_elements`, with indices of data's
+    shape except on ``axis`` (its spec and runtime take no smaller ones, which ONNX's do).
+
+    Example:
+      >>> from jax_gather import openvino
+      >>> openvino.gather_elements([[1, 2], [3, 4]], [[1, 0], [-1, 0]], axis=1)
+      Array([[2, 1],
+             [4, 3]], dtype=int32)
+    """
+    data_shape, indices_shape = np.shape(data), np.shape(indices)
+    if len(data_shape) == len(indices_shape) and data_shape:
+        a = canonical_axis("GatherElements-6", "axis", axis, len(data_shape))
+        for d, (n, m) in enumerate(zip(data_shape, indices_shape)):
+            if d != a and n != m:
+                raise fail(
+                    ValueError,
+                    "GatherElements-6",
+                    f"indices dimension {d} (size {m}) must equal data dimension {d} (size {n}) "
+                    f"except on axis {a}; got indices shape {indices_shape}, data shape {data_shape}",
+                )
+    return _versioned(
+        "GatherElements",
+        6,
+        lambda: ops.gather_elements(data, indices, axis, mode=mode or "checked", fill_value=fill_value),
+    )
