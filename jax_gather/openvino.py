@@ -8,8 +8,8 @@
 | GatherND-8 | ``gather_nd(...)`` | "checked"; the batch dims kept (ONNX GatherND) |
 | GatherElements-6 | ``gather_elements(...)`` | "checked" |
 
-``mode`` and ``fill_value`` override the defaults as in the top-level ops. Errors name the
-versioned op ("Gather-8: ...").
+``mode`` and ``fill_value`` override the defaults as in the top-level ops (Gather-8's fill
+value stays 0 in every mode). Errors name the versioned op ("Gather-8: ...").
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_gather import ops
+from jax_gather import _bounds, _strings, ops
+from jax_gather._check_primitive import check_indices
 from jax_gather._checks import canonical_axis, check_mode, fail, static_int
 
 _GATHER_VERSIONS = (1, 7, 8)
@@ -41,30 +42,43 @@ def _versioned(op_name: str, version: int, call: Callable[[], Any]) -> Any:
         raise type(error)(f"{op_name}-{version}: {message[len(prefix) :]}") from None
 
 
+def _strings_in(data: Any) -> bool:
+    return not isinstance(data, jax.Array) and _strings.holds_strings(np.asarray(data))
+
+
 def _check_version(op_name: str, version: Any, versions: tuple[int, ...]) -> int:
     if type(version) is not int or version not in versions:
         raise fail(ValueError, op_name, f"version must be one of {versions}, got {version!r}")
     return version
 
 
-def _without_negatives(name: str, indices: Any, size: int, mode: str) -> Any:
-    """Gather-1/7 take indices in [0, s-1] only: a negative one is out of range. Concrete ones
-    are checked here in "checked" mode (the error names the negative index); otherwise a
-    negative index becomes one the op treats as out of range (0 in "clip", the nearest end)."""
-    host = None if isinstance(indices, jax.core.Tracer) else np.asarray(indices)
+def _in_range_only(name: str, indices: Any, size: Any, mode: str) -> Any:
+    """Gather-1/7 take indices in [0, s-1] only: a negative one is out of range. In "checked"
+    mode concrete indices are checked here, and traced ones carry a checkify check, both in
+    these words; then a negative index becomes one the op treats as out of range (0 in "clip",
+    the nearest end)."""
+    traced = isinstance(indices, jax.core.Tracer)
     xp: Any = np if isinstance(indices, (np.ndarray, list, tuple, int)) else jnp
-    if host is not None and host.dtype.kind == "u":
-        return indices
-    if host is not None and mode == "checked" and host.size and host.min() < 0:
-        position = np.unravel_index(int(np.argmin(host)), host.shape)
-        where = ", ".join(map(str, position))
-        raise IndexError(
-            f"{name}: indices[{where}] = {host[position]} is out of range [0, {size - 1}] "
-            f"({name} takes no negative indices)"
-        )
     indices = xp.asarray(indices)
     if not jnp.issubdtype(indices.dtype, jnp.signedinteger):
-        return indices  # unsigned, or a dtype the op refuses in its own words
+        return indices  # unsigned (never negative), or a dtype the op refuses in its own words
+    rule = f"is out of range [0, {size - 1}]"
+    if mode == "checked" and not traced:
+        host = np.asarray(indices)
+        bad = (host < 0) | (host >= size)
+        if bad.any():
+            position = np.unravel_index(int(np.argmax(bad)), host.shape)
+            value = host[position]
+            at = "indices" + (f"[{', '.join(map(str, position))}]" if host.ndim else "")
+            why = f" ({name} takes no negative indices)" if value < 0 else ""
+            raise IndexError(f"{name}: {at} = {value} {rule}{why}")
+    if mode == "checked" and traced and indices.size:
+        ok = indices >= 0  # (past the end is the op's own check, in its words)
+        pos, first = _bounds._first_false(ok)
+        value = jnp.max(jnp.where(first, indices, jnp.iinfo(indices.dtype).min))
+        at = "indices" + ("[" + ", ".join(["{}"] * indices.ndim) + "]" if indices.ndim else "")
+        message = f"{name}: {at} = {{}} {rule} ({name} takes no negative indices)"
+        indices = check_indices(indices, jnp.all(ok), message, *pos, value)
     if mode == "clip":
         return xp.maximum(indices, 0)
     if jnp.iinfo(indices.dtype).max < size:  # no room past the end: a dtype that has some
@@ -87,8 +101,10 @@ def gather(
     ``output[p, i, r] = data[p, indices[p[:b], i], r]``, of shape
     ``data.shape[:axis] + indices.shape[b:] + data.shape[axis + 1:]``, with ``b = batch_dims``
     (see :func:`jax_gather.gather`). Gather-8 counts negative indices from the end and gives
-    zeros for out-of-range ones (its default mode is "fill" with 0); Gather-1 and Gather-7 take
-    indices in [0, s-1] only and default to "checked". Gather-1 has no batch dims.
+    zeros for out-of-range ones (its default mode is "fill", and its fill value 0 in every
+    mode; the empty string for strings); Gather-1 and Gather-7 take indices in [0, s-1] only
+    (a negative one is out of range in every mode) and default to "checked". Gather-1 has no
+    batch dims.
 
     Example:
       >>> from jax_gather import openvino
@@ -103,16 +119,16 @@ def gather(
         raise fail(ValueError, name, f"has no batch_dims (Gather-7 and -8 do), got batch_dims={batch_dims!r}")
     if mode is None:
         mode = "fill" if version == 8 else "checked"
-        if version == 8 and fill_value is None:
-            fill_value = 0
     mode = check_mode(name, mode)
+    if version == 8 and fill_value is None and not _strings_in(data):
+        fill_value = 0  # Gather-8's value for out-of-range indices, whatever fills them
 
     def call() -> Any:
         nonlocal indices
         if version != 8:
             rank = np.ndim(data)
             size = np.shape(data)[canonical_axis("Gather", "axis", axis, rank)] if rank else 0
-            indices = _without_negatives(name, indices, size, mode)
+            indices = _in_range_only(name, indices, size, mode)
         return ops.gather(data, indices, axis, batch_dims=batch_dims, mode=mode, fill_value=fill_value)
 
     return _versioned("Gather", version, call)

@@ -206,3 +206,29 @@ def test_gather_elements_6_refuses_smaller_indices_as_its_spec_does():
 def test_errors_name_the_versioned_op(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_gather_7_checks_traced_indices_in_its_own_words():
+    import jax
+    import jax.numpy as jnp
+
+    import jax_gather
+
+    data = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    pick = jax_gather.checked(jax.jit(lambda i: openvino.gather(data, i, 1, 1, version=7)))
+    with pytest.raises(
+        IndexError, match=r"Gather-7: indices\[0, 1\] = -1 is out of range \[0, 2\] \(Gather-7"
+    ):
+        pick(jnp.array([[2, -1], [0, 1]]))
+    np.testing.assert_array_equal(pick(jnp.array([[2, 0], [0, 1]])), [[2.0, 0.0], [3.0, 4.0]])
+    with pytest.raises(IndexError, match=r"^Gather-7: indices\[0, 1\] = 3 is out of range \[0, 2\]$"):
+        openvino.gather(data, np.array([[2, 3], [0, 1]]), 1, 1, version=7)
+
+
+def test_gather_8_fills_zeros_in_any_filling_mode_and_strings_with_empty_ones():
+    data = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(
+        openvino.gather(data, np.array([[0, 3]]), 1, mode="fill"), [[[0.0, 0.0]], [[3.0, 0.0]]]
+    )
+    words = np.array(["a", "b", "c"])
+    assert openvino.gather(words, [0, 2, 5], 0).tolist() == ["a", "c", ""]
