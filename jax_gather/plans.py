@@ -80,6 +80,16 @@ def _shape(shape: Sequence[int]) -> Shape:
     return tuple(d if export.is_symbolic_dim(d) else int(d) for d in shape)
 
 
+def _check_batch_dims_equal(op: str, b: int, data_shape: Shape, indices_shape: Shape) -> None:
+    if data_shape[:b] != indices_shape[:b]:
+        raise fail(
+            ValueError,
+            op,
+            f"the first batch_dims={b} dimensions of data and indices must be equal, got data "
+            f"shape {data_shape} and indices shape {indices_shape}",
+        )
+
+
 @functools.lru_cache(maxsize=4096)
 def _gather_plan(data_shape: Shape, indices_shape: Shape, axis: int, batch_dims: int = 0) -> GatherPlan:
     op = "Gather"
@@ -95,13 +105,7 @@ def _gather_plan(data_shape: Shape, indices_shape: Shape, axis: int, batch_dims:
             f"indices) and at most axis ({axis}) once a negative one is counted from indices' "
             f"rank {q}, got {batch_dims} (data shape {data_shape}, indices shape {indices_shape})",
         )
-    if data_shape[:b] != indices_shape[:b]:
-        raise fail(
-            ValueError,
-            op,
-            f"the first batch_dims={b} dimensions of data and indices must be equal, got data "
-            f"shape {data_shape} and indices shape {indices_shape}",
-        )
+    _check_batch_dims_equal(op, b, data_shape, indices_shape)
     # Output: data.shape[:axis] + indices.shape[b:] + data.shape[axis+1:]. The first b dims
     # are batching dims (of data and indices alike); the index dims sit between the other
     # leading data dims and the trailing ones, so the offset dims skip q - b positions.
@@ -189,13 +193,7 @@ def _gather_nd_plan(data_shape: Shape, indices_shape: Shape, batch_dims: int) ->
             f"batch_dims must be in [0, min(rank(indices), rank(data))) = [0, {min(q, r)}) "
             f"for indices of rank {q} and data of rank {r}, got {b}",
         )
-    if data_shape[:b] != indices_shape[:b]:
-        raise fail(
-            ValueError,
-            op,
-            f"the first batch_dims={b} dimensions of data and indices must be equal, got data "
-            f"shape {data_shape} and indices shape {indices_shape}",
-        )
+    _check_batch_dims_equal(op, b, data_shape, indices_shape)
     k = indices_shape[-1]
     if export.is_symbolic_dim(k):
         raise fail(
