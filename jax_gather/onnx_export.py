@@ -36,7 +36,7 @@ import numpy as np
 from jax import export, lax
 from jax.interpreters import ad, batching, mlir
 
-from jax_gather import _eager, ops
+from jax_gather import _bounds, _eager, ops
 from jax_gather._cpu import PROMISE
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -89,7 +89,7 @@ def _coordinates(plan: GatherPlan, indices: Any) -> tuple[Any, lax.GatherDimensi
     dnums = plan.dimension_numbers
     if indices.dtype not in (jnp.int32, jnp.int64):
         indices = indices.astype(jnp.int32)
-    sizes = _sizes(plan, indices.dtype)
+    sizes = _bounds._sizes(plan, indices.dtype)
     if not plan.tuple_indices:
         indices = indices.reshape(indices.shape + (1,))
     idx = jnp.where(indices < 0, indices + sizes, indices)
@@ -188,12 +188,12 @@ batching.primitive_batchers[onnx_gather_p] = _batch
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
-def _bounds(plan: GatherPlan, dtype: Any) -> tuple[Any, Any]:
+def _valid_range(plan: GatherPlan, dtype: Any) -> tuple[Any, Any]:
     """The valid range [-s, s-1] of each indexed axis, limited to what ``dtype`` holds (None
     where the whole of that side of the dtype is valid: no compare is needed there)."""
     info = jnp.iinfo(dtype)
     if _symbolic(plan):  # the indices are in the node's dtype, or a wide unsigned one
-        sizes = _sizes(plan, dtype)
+        sizes = _bounds._sizes(plan, dtype)
         return (None if info.min == 0 else -sizes), sizes - 1
     sizes = np.asarray(plan.index_sizes, np.int64)
     low, high = np.maximum(-sizes, info.min), np.minimum(sizes - 1, min(info.max, _INT64_MAX))
@@ -204,23 +204,13 @@ def _bounds(plan: GatherPlan, dtype: Any) -> tuple[Any, Any]:
     return low_array, high_array
 
 
-def _sizes(plan: GatherPlan, dtype: Any) -> Any:
-    """The size of each indexed axis in ``dtype`` (one for Gather and GatherElements): values
-    of the program where they are symbolic."""
-    if _symbolic(plan):
-        sizes = jnp.stack([jnp.asarray(s) for s in plan.index_sizes]).astype(dtype)
-    else:
-        sizes = jnp.asarray(np.asarray(plan.index_sizes), dtype)
-    return sizes if plan.tuple_indices else sizes[0]
-
-
 def _symbolic(plan: GatherPlan) -> bool:
     return any(export.is_symbolic_dim(s) for s in plan.index_sizes)
 
 
 def _in_bounds(plan: GatherPlan, indices: Any) -> Any:
     """Per index (per GatherND component) whether it is in [-s, s-1]."""
-    low, high = _bounds(plan, indices.dtype)
+    low, high = _valid_range(plan, indices.dtype)
     checks = ([] if low is None else [indices >= low]) + ([] if high is None else [indices <= high])
     if not checks:  # every value of the dtype is in bounds
         return jnp.ones(indices.shape, bool)
@@ -244,10 +234,10 @@ def _clipped(plan: GatherPlan, indices: Any) -> Any:
     """The indices clamped to [-s, s-1], in the node's index dtype."""
     if _wide_unsigned(indices.dtype):
         # Down to s-1 in their own dtype first: the signed cast is then exact.
-        low, high = _bounds(plan, indices.dtype)
+        low, high = _valid_range(plan, indices.dtype)
         return _node_indices(indices if high is None else jnp.minimum(indices, high))
     indices = _node_indices(indices)
-    low, high = _bounds(plan, indices.dtype)
+    low, high = _valid_range(plan, indices.dtype)
     if low is not None and high is not None and np.ndim(low) == 0:
         return jnp.clip(indices, low, high)
     if low is not None:
