@@ -168,6 +168,19 @@ def choices() -> list[Choice]:
         Choice("linear_derivative", "vmap gather_elements axis -1", "backward", ("linear_derivative",)),
         Choice("moved_axis_derivative", "gather axis 1", "backward", ("moved_axis_derivative",)),
         Choice("moved_axis_derivative", "gather axis 1 bfloat16", "backward", ("moved_axis_derivative",)),
+        *(
+            Choice(
+                "columns_by_written_indices",
+                f"gather axis 1{dt}",
+                "promise_in_bounds",
+                ("columns_by_written_indices",),
+            )
+            for dt in ("", " bfloat16", " int8")
+        ),
+        *(
+            Choice("column_fill_from_pad", f"gather axis 1{dt}", "default mode", ("column_fill_from_pad",))
+            for dt in ("", " int8")
+        ),
         Choice(
             "batched_nd_fill_from_pad",
             "gather_nd batch_dims=1 scalars",

@@ -37,11 +37,16 @@ def _compiled_text(fn, *args) -> str:
     return jax.jit(fn).lower(*_on_cpu(*args)).compile().as_text()
 
 
-def _optimized_ir(fn, *args) -> str:
-    """The LLVM IR, after LLVM's optimisations, of the kernels XLA:CPU compiles for ``fn``."""
+def _kernel_irs(fn, *args) -> list[str]:
+    """The LLVM IR, after LLVM's optimisations, of each kernel XLA:CPU compiles for ``fn``."""
     with tempfile.TemporaryDirectory() as tmp:
         jax.jit(fn).lower(*_on_cpu(*args)).compile(compiler_options={"xla_dump_to": tmp})
-        return "".join(open(path).read() for path in glob.glob(f"{tmp}/*ir-with-opt.ll"))
+        return [open(path).read() for path in sorted(glob.glob(f"{tmp}/*ir-with-opt.ll"))]
+
+
+def _optimized_ir(fn, *args) -> str:
+    """The LLVM IR of all the kernels XLA:CPU compiles for ``fn``."""
+    return "".join(_kernel_irs(fn, *args))
 
 
 def _vector_types(ir: str) -> set[str]:
@@ -196,6 +201,7 @@ ids, tuples = lambda n: np.zeros(n, np.int32), lambda *shape: np.zeros((*shape, 
         ("short row lookup", lambda d, i: jax_gather.gather(d, i, 0), (2048, 512), ids(64)),
         ("short column lookup", lambda d, i: jax_gather.gather(d, i, 1), (512, 2048), ids(16)),
         ("gather_nd short rows", nd, (64, 64, 96), tuples(32)),
+        ("columns", lambda d, i: jax_gather.gather(d, i, 1), (64, 2048), ids(1000)),
     ],
 )
 def test_xla_fuses_the_pad_into_the_gather(name, fn, data_shape, indices):
@@ -226,6 +232,55 @@ def test_xla_gathers_bfloat16_through_float32():
     text = _compiled_text(_direct(plans.gather_nd_plan, 0), data, indices)
     gathers = re.findall(r"= (\w+)\[[\d,]*\]\S* gather\(", text)
     assert gathers == ["f32"] and re.search(r"= f32\[64,48\]\S* convert\(", text), text
+
+
+# ---- columns_by_written_indices, column_fill_from_pad -------------------------------------------
+
+columns = lambda mode: lambda d, i: jax_gather.gather(d, i, 1, mode=mode)
+COLUMN_DATA, COLUMN_IDS = np.zeros((512, 4096), np.int8), np.zeros(2048, np.int32)
+WIDENED = r"zext (nneg )?<\d+ x i32> %\S+ to <\d+ x i64>"  # a vector of 32-bit indices widened
+
+
+def _computation_with(compiled_text: str, op: str) -> str:
+    """The one computation (fused or entry) of a compiled program that holds ``op``."""
+    blocks = [b for b in compiled_text.split("\n\n") if f" {op}(" in b]
+    assert len(blocks) == 1, blocks
+    return blocks[0]
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("mode", ["promise_in_bounds", "clip"])
+def test_xla_widens_32_bit_indices_in_the_loop_of_a_column_gather(mode):
+    # Why the indices are written out: without it, each mode's index arithmetic is fused into
+    # the gather's one loop, which widens every vector of indices to 64 bits there.
+    with _cpu.without("columns_by_written_indices"):
+        text = _compiled_text(columns(mode), COLUMN_DATA, COLUMN_IDS)
+        ir = _optimized_ir(columns(mode), COLUMN_DATA, COLUMN_IDS)
+    assert _entry_ops(text) == ["fusion"], _entry_ops(text)
+    assert re.search(WIDENED, ir), "XLA:CPU no longer widens indices: is columns_by_written_indices needed?"
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("mode", ["promise_in_bounds", "clip", "checked", "fill"])
+def test_xla_keeps_a_reduce_window_out_of_the_gathers_loop(mode):
+    text = _compiled_text(columns(mode), COLUMN_DATA, COLUMN_IDS)
+    gather = _computation_with(text, "gather")
+    signature = gather.strip().split("\n")[0]  # the gather's loop reads the uint64 indices
+    assert "reduce-window(" not in gather and "u64[2048,1]" in signature, gather
+    assert "reduce-window(" in text  # a kernel of its own
+    # The indices are widened once each, in a kernel before the reduce-window, never in the loop
+    # that reads the (int8) data.
+    (gather_ir,) = [ir for ir in _kernel_irs(columns(mode), COLUMN_DATA, COLUMN_IDS) if "load i8," in ir]
+    assert not re.search(WIDENED, gather_ir)
+
+
+@needs_cpu_lowerings
+def test_xla_computes_the_fill_mask_of_a_column_gather_in_its_loop():
+    # Why a column gather reads its fill from a pad: after the gather, the select's mask is
+    # recomputed from the indices for every output element, in the gather's own loop.
+    with _cpu.without("column_fill_from_pad"):
+        gather = _computation_with(_compiled_text(columns("fill"), COLUMN_DATA, COLUMN_IDS), "gather")
+    assert re.search(r"= pred\[2048\]\S* compare\(", gather) and " select(" in gather, gather
 
 
 # ---- linear_derivative ---------------------------------------------------------------------------

@@ -25,9 +25,11 @@ ON = _cpu.PLATFORM_DEPENDENT_PRUNES  # JAX 0.7.0 or later: otherwise no CPU lowe
 needs_cpu_lowerings = pytest.mark.skipif(not ON, reason="the CPU lowerings need JAX 0.7.0")
 ROWS, LINEAR, MOVED = "short_rows_in_bytes", "linear_derivative", "moved_axis_derivative"
 ND_PAD, LOOKUP_PAD = "batched_nd_fill_from_pad", "short_lookup_fill_from_pad"
+COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
 # 2**31 + 65536 elements: one past what an int32 offset addresses, without allocating them.
 HUGE = (32769, 65536)
 S = _cpu.SHORT_LOOKUP_INDICES
+ROWS_PER_INDEX = _cpu.COLUMN_ROWS
 
 # (data shape, dtype, plan, the lowerings it takes on one CPU device)
 # fmt: off
@@ -48,8 +50,15 @@ SELECTIONS = [
     ((100, 32), np.complex64, plans.gather_plan((100, 32), (S + 1,), 0), set()),
     ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (S, 2), 0), {ROWS}),
     ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (4, S, 1), 1), {ROWS}),
-    # Gather off the leading axis: its derivative takes rows of the moved axis.
-    ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),
+    # Gather off the leading axis: its derivative takes rows of the moved axis. Along the last
+    # axis, from COLUMN_ROWS rows, it reads written-out indices and its fill from a pad.
+    ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, COLUMNS, COLUMN_PAD}),
+    ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED, COLUMNS, COLUMN_PAD}),
+    ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), {MOVED}),
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
+    ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, COLUMNS}),  # selects
+    ((100, 32, 2), np.int8, plans.gather_plan((100, 32, 2), (S + 1,), 1), {MOVED}),  # rows of 2, not columns
+    ((4, 100, 32), np.int8, plans.gather_plan((4, 100, 32), (4, S + 1), 2, batch_dims=1), set()),  # batched
     ((3, 100, 8), np.float16, plans.gather_plan((3, 100, 8), (7,), 2), {MOVED, LOOKUP_PAD}),
     # Element gathers differentiate by one linear index; GatherND's after batch dims read their
     # fill from a pad.
@@ -133,6 +142,9 @@ PROGRAMS = [
      _grad(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="clip")),
      np.zeros((6, 7), np.float32), np.zeros((6, 9), np.int32),
      _scatters, ("42xf32", "6x9x1xi32"), ("6x7xf32", "6x9x1xi32")),
+    ("columns by written indices", lambda d, i: jax_gather.gather(d, i, 1, mode="promise_in_bounds"),
+     np.zeros((50, 32), np.int8), np.zeros(200, np.int32), _gathers, ("50x32xi8", "200x1xui64"),
+     ("50x32xi8", "200x1xi32")),
     ("moved axis derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
      np.zeros((6, 300), np.float32), np.zeros((200,), np.int32),
      _scatters, ("300x6xf32", "200x1xi32"), ("6x300xf32", "200x1xi32")),
@@ -152,9 +164,17 @@ def test_only_the_cpu_program_holds_the_lowering(what, fn, data, indices, find, 
 
 
 @needs_cpu_lowerings
-def test_only_the_cpu_program_reads_the_fill_from_a_pad():
-    data, indices = np.zeros((3, 6, 7), np.float32), np.zeros((3, 30, 2), np.int32)
-    fn = lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")
+@pytest.mark.parametrize(
+    "fn, data, indices",
+    [
+        (lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill"), np.zeros((3, 6, 7), np.float32),
+         np.zeros((3, 30, 2), np.int32)),
+        (lambda d, i: jax_gather.gather(d, i, 1, mode="fill"), np.zeros((50, 32), np.int8),
+         np.zeros(200, np.int32)),
+    ],
+    ids=["gather_nd batch dims", "gather columns"],
+)  # fmt: skip
+def test_only_the_cpu_program_reads_the_fill_from_a_pad(fn, data, indices):
     for platform in ("cpu", "cuda", "tpu"):
         module = module_for(fn, (data, indices), platform)
         assert module.count('"stablehlo.gather"') == 1, module
@@ -177,6 +197,10 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
                  lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")),
         LOOKUP_PAD: ((600, 300), make_wild_indices((20,), 600, np.int32, 5),
                      lambda d, i: jax_gather.gather(d, i, mode="fill")),
+        COLUMNS: ((20, 300), make_wild_indices((200,), 300, np.int32, 6),
+                  lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
+        COLUMN_PAD: ((20, 300), make_wild_indices((200,), 300, np.int32, 7),
+                     lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
     }[name]  # fmt: skip
     data = rng.standard_normal(data).astype(np.float32)
     text = lambda: jax.jit(fn).lower(data, indices).as_text()
@@ -275,6 +299,90 @@ def test_wide_indices_past_int32_read_the_fill():
         np.testing.assert_array_equal(np.asarray(out), [-1.0, -1.0, -1.0])
 
 
+COLUMN_DTYPES = [*ROW_DTYPES, np.bool_, np.complex64]
+COLUMN_INDEX_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
+
+
+@pytest.mark.parametrize("dtype", COLUMN_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_columns_are_bit_exact_in_every_mode(dtype, jit):
+    # Along the last axis from COLUMN_ROWS rows: written-out indices, and "fill" (and traced
+    # "checked") from a pad; every kind of out-of-bounds index, data of random bytes.
+    wide = np.dtype(dtype).itemsize == 8
+    with enable_x64(wide):
+        data = random_bits(np.random.default_rng(0), dtype, (2, ROWS_PER_INDEX // 2, 40))
+        indices = make_wild_indices((3, S // 2), 40, np.int64 if wide else np.int32, seed=1)
+        plan = plans.gather_plan(data.shape, indices.shape, 2)
+        assert (COLUMNS in _cpu.lowering(plan, data.shape, data.dtype).names) == ON
+        in_bounds = np.clip(indices, -40, 39)
+        for mode, i, expected in [
+            ("clip", indices, reference.gather(data, indices, 2, mode="clip")),
+            ("fill", indices, reference.gather(data, indices, 2, mode="fill", fill=data.flat[3])),
+            ("promise_in_bounds", in_bounds, reference.gather(data, in_bounds, 2)),
+            ("checked", in_bounds, reference.gather(data, in_bounds, 2)),
+        ]:
+            fn = lambda d, i: jax_gather.gather(d, i, -1, mode=mode, fill_value=data.flat[3])
+            _assert_same_bits((jax.jit(fn) if jit else fn)(data, i), expected)
+
+
+@pytest.mark.parametrize("index_dtype", COLUMN_INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("mode", ["clip", "fill", "checked"])
+def test_columns_read_every_index_dtype(index_dtype, mode):
+    # Jitted, so "checked" gives the "fill" result for out-of-bounds indices (checkify aside).
+    with enable_x64(np.dtype(index_dtype).itemsize == 8):
+        data = np.arange(ROWS_PER_INDEX * 300, dtype=np.float32).reshape(ROWS_PER_INDEX, 300)
+        if index_dtype == np.uint64:  # past int64 too
+            indices = make_wild_indices((S + 1,), 300, np.uint32, seed=2).astype(np.uint64)
+            indices[:3] = 2**64 - 1, 2**63, 2**63 - 1
+        else:
+            indices = make_wild_indices((S + 1,), 300, index_dtype, seed=2)
+        out = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode=mode, fill_value=-1.0))(data, indices)
+        ref_mode = "clip" if mode == "clip" else "fill"
+        _assert_same_bits(out, reference.gather(data, indices, 1, mode=ref_mode, fill=-1.0))
+
+
+def test_columns_under_vmap_and_checkify():
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((3, ROWS_PER_INDEX, 50)).astype(np.float32)
+    indices = make_indices((3, S + 1), 50, np.int32, seed=4)
+    fn = lambda d, i: jax_gather.gather(d, i, 1)
+    per_example = np.stack([reference.gather(data[b], indices[b], 1) for b in range(3)])
+    shared = np.stack([reference.gather(data[b], indices[0], 1) for b in range(3)])
+    np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(fn))(data, indices)), per_example)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(jax.jit(fn))(data, indices)), per_example)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(fn, (0, None))(data, indices[0])), shared)
+    indices[1, 7] = 50
+    with pytest.raises(IndexError, match=r"indices\[7\] = 50 is out of bounds for axis 1 of size 50"):
+        jax_gather.checked(jax.jit(fn))(data[1], indices[1])
+
+
+@pytest.mark.parametrize("mode", ["checked", "fill", "clip"])
+def test_columns_inside_shard_map_on_this_one_device(mode):
+    # The lowering's primitive takes the mesh axes its operands vary over, as jax.lax's ops do.
+    from jax.sharding import Mesh, PartitionSpec
+
+    from tests.sharding_cases import _shard_map
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
+    data = np.arange(ROWS_PER_INDEX * 40, dtype=np.float32).reshape(ROWS_PER_INDEX, 40)
+    indices = make_indices((S + 1,), 40, np.int32, seed=5)
+    x, whole = PartitionSpec("x"), PartitionSpec()
+    for specs, out_spec in [((x, whole), x), ((whole, x), PartitionSpec(None, "x")), ((x, x), x)]:
+        f = _shard_map(lambda d, i: jax_gather.gather(d, i, 1, mode=mode), mesh, specs, out_spec)
+        np.testing.assert_array_equal(
+            np.asarray(jax.jit(f)(data, indices)), reference.gather(data, indices, 1)
+        )
+        grad = jax.jit(jax.grad(lambda d: f(d, indices).sum()))(data)
+        np.testing.assert_array_equal(
+            np.asarray(grad),
+            _reference_grad(
+                _read_positions("gather", data.shape, indices, 1, "clip"),
+                data.shape,
+                np.ones((ROWS_PER_INDEX, S + 1)),
+            ),
+        )
+
+
 # ---- derivatives -------------------------------------------------------------------------------------
 
 
@@ -302,6 +410,7 @@ GRAD_CASES = [
     ("gather_elements", (4, 5, 6), make_wild_indices((4, 5, 8), 6, np.int32, 4), -1),
     ("gather", (5, 6, 3), make_wild_indices((4, 2), 6, np.int32, 5), 1),  # rows of the moved axis
     ("gather", (5, 6, 3), make_wild_indices((4, 2), 5, np.int32, 6), 0),
+    ("gather", (2, 4, 30), make_wild_indices((3, 50), 30, np.int32, 8), 2),  # columns
     ("gather_nd", (5, 6, 3), make_wild_indices((9, 2), (5, 6), np.int32, 7), 0),  # a short lookup
 ]
 # fmt: on
