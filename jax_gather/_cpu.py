@@ -18,7 +18,8 @@ the platform it lowers for (older releases would put both gathers in the program
 dims (StableHLO cannot refine a shape-changing bitcast or reshape of symbolic dims, and JAX
 0.7.0 cannot export a ``custom_jvp``'s gradient over them). Those that pad or flatten data also
 need a process with one CPU device: on a mesh, padding or flattening a sharded dim makes XLA's
-partitioner move data between devices.
+partitioner move data between devices. The column lowerings keep to one device too (measured
+on one only).
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def _choose(
     if use("short_rows_in_bytes", short_rows and _index_components(plan) > SHORT_LOOKUP_INDICES):
         forward = functools.partial(_rows_in_units, unit=jnp.uint4 if dtype.itemsize == 1 else jnp.uint8)
 
-    # Not for a short lookup: the reduce-window's flops would send it over INLINE_FLOPS.
+    # Not for a short lookup: the reduce-window's flops would send it over INLINE_FLOPS. On one
+    # device, the only place it was measured.
     columns = _reads_columns(shape, plan) and one_device and _index_components(plan) > SHORT_LOOKUP_INDICES
     if use("columns_by_written_indices", columns):
         forward = _columns_by_written_indices
@@ -350,6 +352,7 @@ def _from_written_indices(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> 
 
 
 def _direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    """The generic gather (``_lowering.direct``, which imports this module)."""
     return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
 
 
