@@ -76,6 +76,12 @@ SHORT_LOOKUP_INDICES = 128
 COLUMN_ROWS = 8
 
 
+def direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    """The plan's ``lax.gather`` on in-bounds index vectors: the generic lowering's, and what
+    each lowering here ends in, on its own data and indices."""
+    return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
+
+
 @dataclasses.dataclass(frozen=True)
 class Lowering:
     """What replaces the generic lowering of one plan on CPU; ``None`` where nothing does.
@@ -268,7 +274,7 @@ def _by_linear_index(data: jax.Array, idx: jax.Array, plan: GatherPlan, *, dtype
         linear = linear * data.shape[axis] + coordinate[axis]
     flat = data.reshape(-1)
     rows = gather_plan(flat.shape, linear.shape, 0)
-    return lax.gather(flat, linear[..., None], rows.dimension_numbers, rows.slice_sizes, mode=PROMISE)
+    return direct(flat, linear[..., None], rows)
 
 
 # ---- Gather off the leading axis: rows of the moved axis in the derivative -----------------------
@@ -282,7 +288,7 @@ def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> ja
     axis, q = plan.dimension_numbers.start_index_map[0], idx.ndim - 1
     moved = jnp.moveaxis(data, axis, 0)
     rows = gather_plan(moved.shape, idx.shape[:-1], 0)
-    out = lax.gather(moved, idx, rows.dimension_numbers, rows.slice_sizes, mode=PROMISE)
+    out = direct(moved, idx, rows)
     return jnp.moveaxis(out, tuple(range(q)), tuple(range(axis, axis + q)))
 
 
@@ -297,11 +303,15 @@ def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> ja
 
 
 def _read_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
+    return direct(_padded(data, fill, plan), slots, plan)
+
+
+def _padded(data: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
+    """Data with one ``fill`` past the end of each indexed axis."""
     padding = [(0, 0, 0)] * data.ndim
     for axis in plan.dimension_numbers.start_index_map:
         padding[axis] = (0, 1, 0)
-    padded = lax.pad(data, fill, padding)
-    return lax.gather(padded, slots, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
+    return lax.pad(data, fill, padding)
 
 
 # ---- Gather along the last axis: the indices written out as 64-bit ------------------------------
@@ -348,12 +358,7 @@ def _from_written_indices(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> 
         window = (1,) * (wide.ndim - 1) + (2,)
         padding = ((0, 0),) * (wide.ndim - 1) + ((0, 1),)
         written = lax.reduce_window(wide, np.uint64(0), lax.max, window, (1,) * wide.ndim, padding)
-        return lax.gather(data, written, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
-
-
-def _direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    """The generic gather (``_lowering.direct``, which imports this module)."""
-    return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
+        return direct(data, written, plan)
 
 
 def _columns_lowering(ctx: Any, data: Any, idx: Any, *, plan: GatherPlan) -> Any:
@@ -370,11 +375,11 @@ def _columns_batch(args: Any, dims: Any, *, plan: GatherPlan) -> tuple[jax.Array
         data = jnp.moveaxis(data, data_dim, 0)
         rows = gather_plan(data.shape, idx.shape[:-1], data.ndim - 1)
         return _columns_by_written_indices(data, idx, rows), 0
-    return jax.vmap(functools.partial(_direct, plan=plan), in_axes=dims)(data, idx), 0
+    return jax.vmap(functools.partial(direct, plan=plan), in_axes=dims)(data, idx), 0
 
 
 _columns_p = Primitive("jax_gather_columns")
-_columns_p.def_impl(_direct)  # op by op (jax.disable_jit): the generic gather
+_columns_p.def_impl(direct)  # op by op (jax.disable_jit): the generic gather
 
 
 def _columns_abstract(data: Any, idx: Any, *, plan: GatherPlan) -> Any:
@@ -402,5 +407,4 @@ batching.primitive_batchers[_columns_p] = _columns_batch
 
 
 def _column_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
-    padded = lax.pad(data, fill, [(0, 0, 0)] * (data.ndim - 1) + [(0, 1, 0)])
-    return _columns_by_written_indices(padded, slots, plan)
+    return _columns_by_written_indices(_padded(data, fill, plan), slots, plan)

@@ -17,7 +17,7 @@ import jax
 from jax import lax
 
 from jax_gather import _bounds, _cpu
-from jax_gather._cpu import PROMISE, GatherFn, Lowering
+from jax_gather._cpu import GatherFn, Lowering, direct
 from jax_gather.plans import GatherPlan
 
 
@@ -49,11 +49,6 @@ def gather_or_fill(
 
     cpu = functools.partial(_fill_on_cpu, plan=plan, low=low)
     return lax.platform_dependent(data, idx, slots, ok, fill, cpu=cpu, default=generic)
-
-
-def direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    """The plan's ``lax.gather`` on in-bounds index vectors."""
-    return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
 
 
 def _gather(data: jax.Array, idx: jax.Array, plan: GatherPlan, low: Lowering) -> jax.Array:
