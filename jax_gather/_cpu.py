@@ -226,7 +226,7 @@ def _takes_whole_rows(shape: tuple, dtype: np.dtype, plan: GatherPlan) -> bool:
     """Whether every slice takes data's last dim whole and it ends the output, for a dtype with
     a bitcast to bytes (integers and reals; not bool or complex)."""
     real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
-    if len(shape) < 2 or not real or dtype.itemsize not in (1, 2, 4, 8):
+    if len(shape) < 2 or not real or _bits(dtype) not in (8, 16, 32, 64):  # sub-byte types: no unit
         return False
     dn, last = plan.dimension_numbers, len(shape) - 1
     return (
@@ -235,6 +235,11 @@ def _takes_whole_rows(shape: tuple, dtype: np.dtype, plan: GatherPlan) -> bool:
         and dn.offset_dims[-1] == len(plan.output_shape) - 1
         and last not in dn.collapsed_slice_dims + dn.operand_batching_dims
     )
+
+
+def _bits(dtype: np.dtype) -> int:
+    """Bits per element: a 4-bit type's itemsize is 1 (NumPy stores one per byte), its bits 4."""
+    return int((jnp.iinfo if jnp.issubdtype(dtype, jnp.integer) else jnp.finfo)(dtype).bits)
 
 
 def _rows_in_units(data: jax.Array, idx: jax.Array, plan: GatherPlan, *, unit: Any) -> jax.Array:

@@ -89,3 +89,17 @@ def test_narrow_index_dtypes_on_an_axis_longer_than_they_count(index_dtype, mode
     out = jax.jit(lambda d, i: jax_gather.gather(d, i, mode=mode))(data, idx)
     np.testing.assert_array_equal(np.asarray(out), [100.0, 127.0, 5.0])
     assert bool(jnp.all(jax_gather.in_bounds(jax_gather.gather_plan((300,), (3,)), idx)))
+
+
+@pytest.mark.parametrize("dtype", ["int4", "uint4", "int2", "uint2", "float4_e2m1fn"])
+@pytest.mark.parametrize("mode", ["checked", "fill", "clip", "promise_in_bounds"])
+def test_sub_byte_tables_with_rows_as_long_as_the_cpu_copies_in_bytes(dtype, mode):
+    # Rows of 16-64 elements and more than 128 ids take short_rows_in_bytes for wider types; a
+    # 4-bit element's itemsize is 1, so a row view by itemsize would slice twice its bytes.
+    table = make_data((10, 32), np.dtype(getattr(ml_dtypes, dtype)), seed=6)
+    ids = np.arange(129) % 10
+    expected = reference.gather(table, ids, 0)
+    for fn in (jax_gather.gather, jax.jit(jax_gather.gather, static_argnames="mode")):
+        out = fn(table, ids, mode=mode)
+        assert out.dtype == table.dtype
+        np.testing.assert_array_equal(np.asarray(out).view(np.uint8), expected.view(np.uint8))
