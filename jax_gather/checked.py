@@ -1,8 +1,10 @@
-"""Run a function under checkify and turn a failed bounds check into an IndexError."""
+"""Run a function under checkify and turn a failed bounds check into an IndexError (a failed
+fill_value check into a ValueError)."""
 
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -12,6 +14,7 @@ from jax.experimental import checkify
 F = TypeVar("F", bound=Callable[..., Any])
 
 _SUFFIX = " (`check` failed)"
+_FILL_FAILURE = re.compile(r"^[\w-]+: fill_value .* cannot be represented in the data dtype ")
 _ALL_CHECKS = checkify.user_checks | checkify.index_checks
 
 
@@ -24,7 +27,10 @@ def checked(fn: F) -> F:
     ``jax.experimental.checkify`` with those checks and JAX's own index checks (which catch
     out-of-bounds indexing elsewhere in ``fn``), and raises ``IndexError`` with the message of
     the first failure; otherwise it returns ``fn``'s result. Without it, a jitted call returns
-    the "fill" result for out-of-bounds positions in the "checked" mode.
+    the "fill" result for out-of-bounds positions in the "checked" mode. A traced
+    ``fill_value`` that the data dtype cannot hold (int8 data, 300) fails the same way, as the
+    ``ValueError`` an eager call raises; without it, the value is converted as ``astype``
+    converts it (300 wraps to 44, 1e6 becomes inf in float16).
 
     Where JAX cannot trace its own index checks for ``fn`` (its checkify rules fail for
     batched scatters, as in the gradient of GatherElements, and inside ``shard_map``), the
@@ -71,8 +77,10 @@ def checked(fn: F) -> F:
         error, out = result
         message = error.get()
         if message is not None:
-            lines = (line.removesuffix(_SUFFIX) for line in message.splitlines())
-            raise IndexError("\n".join(lines))
+            lines = [line.removesuffix(_SUFFIX) for line in message.splitlines()]
+            # A traced fill_value the data dtype cannot hold is a bad value, as it is eagerly.
+            error_type = ValueError if _FILL_FAILURE.match(lines[0]) else IndexError
+            raise error_type("\n".join(lines))
         return out
 
     return run  # type: ignore[return-value]
