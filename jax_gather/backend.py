@@ -620,6 +620,8 @@ def _as_feed(name: str, value: Any, elem_type: int) -> np.ndarray:
     expected = _DTYPES[elem_type]
     if elem_type == TensorProto.STRING and _strings.holds_strings(array):
         return array.astype(object)  # a copy: ONNX's NumPy form of strings, as onnxruntime's
+    if not array.dtype.isnative:  # the same values in the other byte order: a copy in ours
+        array = array.astype(array.dtype.newbyteorder("="))
     if array.dtype != expected:
         raise fail(
             TypeError,

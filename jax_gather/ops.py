@@ -28,6 +28,8 @@ def _as_data(op_name: str, data: Any) -> Any:
         data = np.asarray(data)
         if _strings.holds_strings(data):
             return data
+        if not data.dtype.isnative:  # JAX reads swapped bytes as native ones: a copy in order
+            data = data.astype(data.dtype.newbyteorder("="))
     dtype = data.dtype
     if not _is_boolean_or_numeric(dtype):
         raise fail(

@@ -103,3 +103,53 @@ def test_sub_byte_tables_with_rows_as_long_as_the_cpu_copies_in_bytes(dtype, mod
         out = fn(table, ids, mode=mode)
         assert out.dtype == table.dtype
         np.testing.assert_array_equal(np.asarray(out).view(np.uint8), expected.view(np.uint8))
+
+
+@pytest.mark.parametrize("mode", ["checked", "fill", "clip", "promise_in_bounds"])
+@pytest.mark.parametrize("first", ["swapped", "native"])
+def test_byte_swapped_data_is_read_in_its_own_order(mode, first):
+    # JAX reads an array's bytes as native: swapped data must be made native, on the first call
+    # of a signature and on every later one (a native call of the same shape may come first).
+    native = np.array([1.0, 2.0, 3.0], "=f4")
+    swapped = native.astype(native.dtype.newbyteorder())
+    ids = np.array([2, 0]) if mode in ("checked", "promise_in_bounds") else np.array([2, 0, 7])
+    expected = reference.gather(
+        native, ids, 0, mode={"checked": "raise", "promise_in_bounds": "raise"}.get(mode, mode), fill=np.nan
+    )
+    before = swapped.copy()
+    order = [native, swapped] if first == "native" else [swapped, native]
+    # jax.jit refuses swapped NumPy arguments itself: under jit, data is a constant of the trace.
+    eager = lambda data: jax_gather.gather(data, ids, mode=mode)
+    traced = lambda data: jax.jit(lambda i: jax_gather.gather(data, i, mode=mode))(ids)
+    for fn in (eager, traced):
+        for data in order * 2:
+            out = fn(data)
+            assert out.dtype == np.float32
+            np.testing.assert_array_equal(np.asarray(out), expected)
+    np.testing.assert_array_equal(swapped, before)
+    assert swapped.dtype.byteorder == before.dtype.byteorder  # the input is not mutated
+
+
+def test_byte_swapped_data_of_every_op_and_a_backend_feed():
+    data = make_data((3, 4), np.int32, seed=7)
+    swapped = data.astype(data.dtype.newbyteorder())
+    for op, ref, _, idx, attr in OPS:
+        np.testing.assert_array_equal(np.asarray(op(swapped, idx, attr)), ref(data, idx, attr))
+    from onnx import TensorProto, helper
+
+    from jax_gather import backend
+
+    node = helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0)
+    graph = helper.make_graph(
+        [node],
+        "lookup",
+        [
+            helper.make_tensor_value_info("table", TensorProto.INT32, [3, 4]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("rows", TensorProto.INT32, [2, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    ids = np.array([2, -3], ">i8")
+    (out,) = backend.prepare(model).run([swapped, ids])
+    np.testing.assert_array_equal(out, data[[2, 0]])
