@@ -32,6 +32,18 @@ def _is_integer(dtype: np.dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.integer)
 
 
+def host_indices(op_name: str, indices: Any) -> np.ndarray:
+    """Indices given as NumPy or an array-like, checked for an integer dtype (before any
+    conversion, which would truncate floats) and in native byte order (JAX takes no other)."""
+    host = np.asarray(indices)
+    if host.size == 0 and host.dtype == np.float64 and not isinstance(indices, np.ndarray):
+        host = host.astype(np.int64)  # an empty Python list has no dtype of its own
+    check_index_dtype(op_name, host.dtype)
+    if not host.dtype.isnative:
+        host = host.astype(host.dtype.newbyteorder("="))
+    return host
+
+
 def check_index_dtype(op_name: str, dtype: Any) -> None:
     if not _is_integer(dtype):
         raise fail(
@@ -218,9 +230,17 @@ def in_bounds(plan: GatherPlan, indices: Any) -> jax.Array:
       >>> jax_gather.in_bounds(plan, [[2, -4], [3, 0]])
       Array([ True, False], dtype=bool)
     """
-    if not isinstance(indices, jax.Array):
-        indices = jnp.asarray(narrow_host_indices(np.asarray(indices)))
-    check_index_dtype(plan.op_name, indices.dtype)
+    if isinstance(indices, jax.Array):
+        check_index_dtype(plan.op_name, indices.dtype)
+    else:
+        indices = jnp.asarray(narrow_host_indices(host_indices(plan.op_name, indices)))
+    if tuple(indices.shape) != plan.indices_shape:
+        raise fail(
+            ValueError,
+            plan.op_name,
+            f"indices must have the shape the plan was made for, {plan.indices_shape}, "
+            f"got {tuple(indices.shape)}",
+        )
     ok = in_bounds_mask(plan, indices)
     return jnp.all(ok, axis=-1) if plan.tuple_indices else ok
 

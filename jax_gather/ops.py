@@ -49,12 +49,7 @@ def _as_indices(op_name: str, indices: Any) -> tuple[Any, Any]:
         _bounds.check_index_dtype(op_name, indices.dtype)
         # Copied to the host only if a check needs it, and only if this process holds it all.
         return indices, indices if indices.is_fully_addressable else None
-    host = np.asarray(indices)
-    if host.size == 0 and host.dtype == np.float64 and not isinstance(indices, np.ndarray):
-        host = host.astype(np.int64)  # an empty Python list has no dtype of its own
-    _bounds.check_index_dtype(op_name, host.dtype)
-    if not host.dtype.isnative:  # JAX takes no swapped bytes; the host tests read native ones
-        host = host.astype(host.dtype.newbyteorder("="))
+    host = _bounds.host_indices(op_name, indices)  # JAX takes no swapped bytes, nor the host tests
     return host, host
 
 

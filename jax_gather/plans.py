@@ -65,6 +65,14 @@ class GatherPlan:
         return (type(self), self._fields())  # rebuilt, and hashed again, where it is loaded
 
     @property
+    def indices_shape(self) -> Shape:
+        """The shape of the indices the plan was made for: the output dims that are not
+        slice dims, then (GatherND) the index tuples' length."""
+        offset = set(self.dimension_numbers.offset_dims)
+        shape = tuple(d for i, d in enumerate(self.output_shape) if i not in offset)
+        return shape + (len(self.index_sizes),) if self.tuple_indices else shape
+
+    @property
     def tuple_indices(self) -> bool:
         """Whether the last dim of the indices holds index tuples (GatherND), rather than each
         element being one index (Gather, GatherElements: the gather's index vectors are the

@@ -3,6 +3,8 @@ gather reads are computed in unsigned (wrapping) arithmetic, so they are checked
 plain NumPy on 64- or arbitrary-precision integers, for axes up to the largest the dtype can
 address. Plans are pure functions of shapes, so no data of that size is ever made."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -73,3 +75,44 @@ def test_wider_indices_saturate_into_the_working_dtype():
         size = 5
         indices = [-(2**40), -(2**32) - 1, -6, -5, 4, 5, 2**32 + 1, 2**40]
         _check(size, indices, np.int64)
+
+
+@pytest.mark.parametrize("indices", [[0.5, 2.9], np.array([0.0, 1.0]), np.array([True, False])])
+def test_in_bounds_refuses_indices_that_are_not_integers(indices):
+    # Converted first, [0.5, 2.9] would be truncated to [0, 2] and judged in bounds.
+    plan = jax_gather.gather_plan((3,), (2,))
+    with pytest.raises(TypeError, match=r"^Gather: indices must have an integer dtype"):
+        jax_gather.in_bounds(plan, indices)
+
+
+@pytest.mark.parametrize(
+    "plan, indices",
+    [
+        (jax_gather.gather_nd_plan((3, 4), (2, 2)), [[0, 1, 2]]),  # the tuples' length
+        (jax_gather.gather_nd_plan((3, 4), (2, 2)), [[0, 1]]),  # the number of tuples
+        (jax_gather.gather_nd_plan((3, 4), (2, 1)), [[0, 1], [1, 2]]),
+        (jax_gather.gather_plan((3, 4), (2,), 1), [[0, 1]]),
+        (jax_gather.gather_elements_plan((3, 4), (2, 4), 1), np.zeros((2, 1), np.int32)),
+    ],
+)
+def test_in_bounds_refuses_indices_of_another_shape_than_the_plans(plan, indices):
+    shape = re.escape(str(tuple(np.shape(indices))))
+    with pytest.raises(
+        ValueError,
+        match=rf"^{plan.op_name}: indices must have the shape the plan was made for, .* got {shape}$",
+    ):
+        jax_gather.in_bounds(plan, indices)
+    with pytest.raises(ValueError, match=r"indices must have the shape the plan was made for"):
+        jax.jit(lambda i: jax_gather.in_bounds(plan, i))(jnp.asarray(indices))
+
+
+def test_plans_know_the_shape_of_their_indices():
+    assert jax_gather.gather_plan((5, 4, 3), (2, 6), axis=1).indices_shape == (2, 6)
+    assert jax_gather.gather_plan((2, 5, 3), (2, 4), axis=1, batch_dims=1).indices_shape == (2, 4)
+    assert jax_gather.gather_plan((5,), ()).indices_shape == ()
+    assert jax_gather.gather_elements_plan((3, 4), (2, 7), axis=1).indices_shape == (2, 7)
+    assert jax_gather.gather_nd_plan((2, 5, 6, 7), (2, 3, 2), batch_dims=1).indices_shape == (2, 3, 2)
+    swapped = np.array([2, -4, 3], ">i4")
+    np.testing.assert_array_equal(
+        jax_gather.in_bounds(jax_gather.gather_plan((3,), (3,)), swapped), [True, False, False]
+    )
