@@ -16,6 +16,10 @@ import dataclasses
 import sys
 import warnings
 
+import numpy as np
+
+from jax_gather._checks import fail
+
 # glibc <malloc.h>
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
@@ -48,7 +52,32 @@ def _glibc() -> ctypes.CDLL | None:
     except (OSError, AttributeError):  # musl and other C libraries have no such symbol
         return None
     version.restype = ctypes.c_char_p
+    # int mallopt(int param, int value): without argtypes ctypes would pass a Python int of
+    # any size, truncated to its low bits.
+    libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    libc.mallopt.restype = ctypes.c_int
     return libc
+
+
+_C_INT_MAX = 2**31 - 1
+
+
+def _c_int_at_least_0(name: str, value: object) -> int:
+    """A setting that mallopt takes as a C int, and that means nothing below 0."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise fail(
+            TypeError,
+            "tune_cpu_allocator",
+            f"{name} must be an integer, got {type(value).__name__} {value!r}",
+        )
+    value = int(value)
+    if not 0 <= value <= _C_INT_MAX:
+        raise fail(
+            ValueError,
+            "tune_cpu_allocator",
+            f"{name} must be in [0, {_C_INT_MAX}] (mallopt takes a C int), got {value}",
+        )
+    return value
 
 
 def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> AllocatorTuning:
@@ -74,6 +103,11 @@ def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> AllocatorTuning:
     ``malloc`` across threads, which costs nothing measurable here. Where it cannot act (not
     Linux with glibc: macOS, Windows, musl) it does nothing and warns.
 
+    Args:
+      trim_threshold: bytes free at the top of the heap before glibc returns them to the OS,
+        in [0, 2**31 - 1] (mallopt takes a C int); anything else raises ValueError (TypeError
+        for a non-integer), before anything is set.
+
     Returns:
       An :class:`AllocatorTuning` describing what was done.
 
@@ -86,6 +120,7 @@ def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> AllocatorTuning:
       True
     """
     global _state
+    trim_threshold = _c_int_at_least_0("trim_threshold", trim_threshold)
     if _state is not None:
         return _state
     libc = _glibc()
@@ -96,7 +131,7 @@ def tune_cpu_allocator(trim_threshold: int = 1 << 30) -> AllocatorTuning:
     settings = (
         ("M_ARENA_MAX", _M_ARENA_MAX, 1),
         ("M_MMAP_MAX", _M_MMAP_MAX, 0),
-        ("M_TRIM_THRESHOLD", _M_TRIM_THRESHOLD, int(trim_threshold)),
+        ("M_TRIM_THRESHOLD", _M_TRIM_THRESHOLD, trim_threshold),
     )
     done = []
     for name, param, value in settings:

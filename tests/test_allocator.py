@@ -1,6 +1,7 @@
 """tune_cpu_allocator: idempotent, a warned no-op where it cannot act, and it removes the
 fresh-page faults of repeated large allocations (counted, not timed)."""
 
+import ctypes
 import subprocess
 import sys
 import textwrap
@@ -59,3 +60,29 @@ def test_no_op_with_a_warning_where_it_cannot_act(monkeypatch):
         result = allocator.tune_cpu_allocator()
     assert not result.applied and "glibc" in result.reason
     assert allocator.tune_cpu_allocator() is result  # and it stays a no-op
+
+
+@pytest.mark.parametrize("value", [1 << 31, 1 << 32, 2**70, -1])
+def test_a_trim_threshold_a_c_int_cannot_hold_is_refused(monkeypatch, value):
+    # Unchecked, 1 << 32 reached mallopt as 0 (its low 32 bits) and was reported as applied.
+    monkeypatch.setattr(allocator, "_state", None)
+    with pytest.raises(
+        ValueError,
+        match=rf"^tune_cpu_allocator: trim_threshold must be in \[0, 2147483647\] \(mallopt takes a C int\), "
+        rf"got {value}$",
+    ):
+        allocator.tune_cpu_allocator(trim_threshold=value)
+    assert allocator._state is None  # nothing was set
+
+
+@pytest.mark.parametrize("value", [1.5, "1", True, None])
+def test_a_trim_threshold_that_is_not_an_integer_is_refused(monkeypatch, value):
+    monkeypatch.setattr(allocator, "_state", None)
+    with pytest.raises(TypeError, match=r"^tune_cpu_allocator: trim_threshold must be an integer, got "):
+        allocator.tune_cpu_allocator(trim_threshold=value)
+
+
+@pytest.mark.skipif(allocator._glibc() is None, reason="the remedy exists only with glibc")
+def test_mallopt_is_called_with_c_ints():
+    mallopt = allocator._glibc().mallopt
+    assert list(mallopt.argtypes) == [ctypes.c_int, ctypes.c_int] and mallopt.restype is ctypes.c_int
