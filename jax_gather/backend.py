@@ -33,6 +33,7 @@ import numpy as np
 
 try:
     import onnx
+    from google.protobuf.message import DecodeError
     from onnx import AttributeProto, TensorProto, helper, numpy_helper
     from onnx.backend.base import BackendRep
 except ImportError as error:  # pragma: no cover - depends on the environment
@@ -96,6 +97,7 @@ class _Node:
 class _Graph:
     inputs: tuple[str, ...]  # fed in this order: the graph inputs without an initializer
     input_types: Mapping[str, int]  # every graph input that may be fed, with its element type
+    input_shapes: Mapping[str, tuple[int | None, ...] | None]  # declared: None where free
     constants: Mapping[str, np.ndarray]  # initializers and Constant values
     nodes: tuple[_Node, ...]
     outputs: tuple[str, ...]
@@ -243,6 +245,7 @@ def run_node(
     outputs = [helper.make_empty_tensor_value_info(name) for name in node.output]
     graph = helper.make_graph([node], "run_node", infos, outputs)
     opset = onnx.defs.onnx_opset_version() if opset_version is None else opset_version
+    _check_opset("opset_version", opset, "jax_gather.backend.run_node")
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return prepare(model, device).run(named)
 
@@ -338,9 +341,17 @@ def _compile(model: Any) -> _Graph:
     for tensor in graph.initializer:
         constants[tensor.name] = _to_numpy(f"initializer {tensor.name!r}", tensor)
         types[tensor.name] = tensor.data_type
-    input_types = {}
+    input_types, input_shapes = {}, {}
     for info in graph.input:
+        if info.name in input_types:
+            raise fail(
+                ValueError,
+                _MODEL,
+                f"inputs must have distinct names (an ONNX graph defines each name once), got "
+                f"{info.name!r} twice",
+            )
         input_types[info.name] = types[info.name] = _declared_type(f"input {info.name!r}", info)
+        input_shapes[info.name] = _declared_shape(info)
     nodes = []
     for position, node in enumerate(graph.node):
         label = f"{node.op_type} {_node_name(node, position)}"
@@ -371,6 +382,7 @@ def _compile(model: Any) -> _Graph:
     return _Graph(
         inputs=tuple(name for name in input_types if name not in constants),
         input_types=input_types,
+        input_shapes=input_shapes,
         constants=constants,
         nodes=tuple(nodes),
         outputs=tuple(info.name for info in graph.output),
@@ -380,10 +392,16 @@ def _compile(model: Any) -> _Graph:
 def _load(model: Any) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
-    if isinstance(model, bytes):
-        return onnx.load_model_from_string(model)
-    if isinstance(model, (str, os.PathLike)):
-        return onnx.load(model)
+    if isinstance(model, (bytes, str, os.PathLike)):
+        try:
+            return onnx.load_model_from_string(model) if isinstance(model, bytes) else onnx.load(model)
+        except DecodeError as error:
+            where = "bytes" if isinstance(model, bytes) else f"the file {os.fspath(model)!r}"
+            raise fail(
+                ValueError,
+                _MODEL,
+                f"model must be a serialized onnx.ModelProto, got {where} that do not parse as one ({error})",
+            ) from None
     raise fail(
         TypeError,
         _MODEL,
@@ -405,7 +423,20 @@ def _opset(model: onnx.ModelProto) -> int:
             _MODEL,
             f"opset_import must include the default ONNX domain ('' or 'ai.onnx'), got {imported}",
         )
+    _check_opset("opset_import of the default domain", versions[0])
     return versions[0]
+
+
+def _check_opset(subject: str, version: int, where: str = _MODEL) -> None:
+    """An opset the installed onnx defines (onnxruntime refuses a model stamped with a later
+    one; onnx.defs would answer with its newest schemas)."""
+    newest = onnx.defs.onnx_opset_version()
+    if type(version) is not int or not 1 <= version <= newest:
+        raise fail(
+            ValueError,
+            where,
+            f"{subject} must be in [1, {newest}] (the opsets the installed onnx defines), got {version!r}",
+        )
 
 
 def _refuse_unsupported(graph: onnx.GraphProto) -> None:
@@ -526,6 +557,15 @@ def _declared_type(subject: str, info: onnx.ValueInfoProto) -> int:
     return elem_type
 
 
+def _declared_shape(info: onnx.ValueInfoProto) -> tuple[int | None, ...] | None:
+    """An input's declared shape: a fixed size per dim (None for a named or unknown one), or
+    None where no shape is declared."""
+    tensor_type = info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+
+
 def _dtype_of(subject: str, elem_type: int) -> np.dtype:
     if elem_type not in _DTYPES:
         name = _type_name(elem_type) if elem_type else "no element type"
@@ -612,7 +652,31 @@ def _feeds(graph: _Graph, inputs: Any) -> dict[str, np.ndarray]:
                 f"inputs must be {len(graph.inputs)} arrays, for {list(graph.inputs)}, got {len(inputs)}",
             )
         named = dict(zip(graph.inputs, inputs))
-    return {name: _as_feed(name, value, graph.input_types[name]) for name, value in named.items()}
+    feeds = {name: _as_feed(name, value, graph.input_types[name]) for name, value in named.items()}
+    for name, value in feeds.items():
+        _check_shape(name, value.shape, graph.input_shapes[name])
+    return feeds
+
+
+def _check_shape(name: str, shape: tuple[int, ...], declared: tuple[int | None, ...] | None) -> None:
+    """A feed against its input's declared fixed dims and rank, as onnxruntime checks them."""
+    if declared is None:
+        return
+    shown = "[" + ", ".join("?" if d is None else str(d) for d in declared) + "]"
+    if len(shape) != len(declared):
+        raise fail(
+            ValueError,
+            _MODEL,
+            f"input {name!r} must have rank {len(declared)} (declared shape {shown}), got shape {shape}",
+        )
+    for dim, (size, fixed) in enumerate(zip(shape, declared)):
+        if fixed is not None and size != fixed:
+            raise fail(
+                ValueError,
+                _MODEL,
+                f"input {name!r} must have size {fixed} in dim {dim} (declared shape {shown}), "
+                f"got shape {shape}",
+            )
 
 
 def _as_feed(name: str, value: Any, elem_type: int) -> np.ndarray:

@@ -77,10 +77,13 @@ class GraphBuilder:
         self.feeds: dict[str, np.ndarray] = {}
         self._names = itertools.count()
 
-    def tensor(self, array: np.ndarray, source: str = "input") -> str:
+    def tensor(self, array: np.ndarray, source: str = "input", free_dims: bool = False) -> str:
+        """The tensor's name; an input declares the array's shape, or with ``free_dims`` its
+        rank only (so that runs may feed other shapes)."""
         name = f"t{next(self._names)}"
         if source == "input":
-            self.inputs.append(helper.make_tensor_value_info(name, element_type(array), array.shape))
+            shape = [None] * array.ndim if free_dims else array.shape
+            self.inputs.append(helper.make_tensor_value_info(name, element_type(array), shape))
             self.feeds[name] = array
         elif source == "initializer":
             self.initializers.append(numpy_helper.from_array(array, name))

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from jax.test_util import check_grads
 from onnx import TensorProto, helper, numpy_helper
@@ -347,9 +348,9 @@ def _computed_indices_model():
     """``out = GatherElements(data, Gather(table, picks), axis=1)``: the second node's indices
     are computed by the first, from a table of int64 columns."""
     b = GraphBuilder()
-    data = b.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), "input")
+    data = b.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), "input", free_dims=True)
     table = b.tensor(np.array([[0, 3, -1], [9, 1, 2]], np.int64), "initializer")
-    picks = b.tensor(np.array([0, 0, 0], np.int64), "input")
+    picks = b.tensor(np.array([0, 0, 0], np.int64), "input", free_dims=True)
     out = b.node("GatherElements", [data, b.node("Gather", [table, picks])], axis=1)
     return b.model([out], 13), out
 
@@ -589,7 +590,7 @@ def test_importing_jax_gather_does_not_import_onnx():
 def test_outputs_are_copies_and_inputs_are_not_mutated():
     b = GraphBuilder()
     table = b.tensor(np.arange(3, dtype=np.float32), "initializer")
-    ids = b.tensor(np.array([0], np.int64), "input")
+    ids = b.tensor(np.array([0], np.int64), "input", free_dims=True)
     rep = backend.prepare(b.model([b.node("Identity", [table]), b.node("Identity", [ids])], 13))
     feed = np.array([2, 1], np.int64)
     first, passed = rep.run([feed])
@@ -727,3 +728,91 @@ def test_to_jax_with_strings_runs_eagerly_only():
     assert by_input(np.array(["a", "b"], object), np.array([1]))[0].tolist() == ["b"]
     with pytest.raises(TypeError):
         jax.jit(by_input)(np.array(["a", "b"], object), np.array([1]))
+
+
+def _fixed_shape_model():
+    node = helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0)
+    graph = helper.make_graph(
+        [node],
+        "lookup",
+        [
+            helper.make_tensor_value_info("table", TensorProto.FLOAT, [3, 2]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"]),
+        ],
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        (
+            np.zeros((4, 2), np.float32),
+            "input 'table' must have size 3 in dim 0 (declared shape [3, 2]), got shape (4, 2)",
+        ),
+        (
+            np.zeros((3, 2, 1), np.float32),
+            "input 'table' must have rank 2 (declared shape [3, 2]), got shape (3, 2, 1)",
+        ),
+        (np.zeros(6, np.float32), "input 'table' must have rank 2 (declared shape [3, 2]), got shape (6,)"),
+    ],
+)
+def test_inputs_that_break_their_declared_shape_are_refused_as_onnxruntime_refuses_them(table, message):
+    model = _fixed_shape_model()
+    ids = np.array([0, 2])
+    with pytest.raises(ValueError, match="^" + re.escape(f"ONNX model: {message}") + "$"):
+        backend.prepare(model).run([table, ids])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match=r"invalid dimensions|Invalid rank"):
+        session.run(None, {"table": table, "ids": ids})
+    # A named dim (and the indices' any length) is free, as in onnxruntime.
+    (out,) = backend.prepare(model).run(
+        [np.arange(6, dtype=np.float32).reshape(3, 2), np.array([2, 0, 1, -1])]
+    )
+    np.testing.assert_array_equal(out, [[4, 5], [0, 1], [2, 3], [4, 5]])
+
+
+def test_a_graph_that_lists_an_input_twice_is_refused():
+    model = _fixed_shape_model()
+    model.graph.input.append(helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"]))
+    message = (
+        "ONNX model: inputs must have distinct names (an ONNX graph defines each name once), got 'ids' twice"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        backend.prepare(model)
+    assert not backend.is_compatible(model)
+    with pytest.raises(Exception, match="Duplicate definition"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_bytes_or_files_that_are_no_model_are_refused_and_not_compatible(tmp_path):
+    path = tmp_path / "garbage.onnx"
+    path.write_bytes(b"garbage")
+    for form, where in ((b"garbage", "bytes"), (str(path), f"the file {str(path)!r}")):
+        assert backend.is_compatible(form) is False
+        message = (
+            f"ONNX model: model must be a serialized onnx.ModelProto, got {where} that do not parse as one"
+        )
+        with pytest.raises(ValueError, match="^" + re.escape(message)):
+            backend.prepare(form)
+
+
+def test_an_opset_the_installed_onnx_does_not_define_is_refused():
+    newest = onnx.defs.onnx_opset_version()
+    node = helper.make_node("Gather", ["data", "ids"], ["out"])
+    inputs = [np.zeros(3, np.float32), np.array([1])]
+    with pytest.raises(
+        ValueError, match=re.escape(f"jax_gather.backend.run_node: opset_version must be in [1, {newest}]")
+    ):
+        backend.run_node(node, inputs, opset_version=newest + 2)
+    model = _fixed_shape_model()
+    model.opset_import[0].version = newest + 2
+    with pytest.raises(
+        ValueError, match=re.escape(f"opset_import of the default domain must be in [1, {newest}]")
+    ):
+        backend.prepare(model)
+    assert not backend.is_compatible(model)
+    with pytest.raises(Exception, match="opset"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(backend.run_node(node, inputs, opset_version=newest)[0], [0.0])
