@@ -19,15 +19,16 @@ NO_POSITION = -1  # what the "fill" mode gives out-of-bounds indices: never a re
 
 
 def holds_strings(data: np.ndarray) -> bool:
-    """Whether a host array holds strings: str or bytes dtypes, or objects that all are."""
+    """Whether a host array holds strings: str, bytes or NumPy 2's StringDType (kind "T"), or
+    objects that all are."""
     kind = data.dtype.kind
-    if kind in "US":
+    if kind in "UST":
         return True
     return kind == "O" and all(isinstance(v, (str, bytes)) for v in data.flat)
 
 
 def is_string_dtype(dtype: Any) -> bool:
-    return np.dtype(dtype).kind in "USO"
+    return np.dtype(dtype).kind in "USOT"
 
 
 def check_concrete(op_name: str, **values: Any) -> None:
@@ -41,6 +42,19 @@ def check_concrete(op_name: str, **values: Any) -> None:
                 f"strings are gathered on the host: call {op_name} eagerly, outside jit, vmap "
                 f"and grad), got a traced {value.dtype}{list(value.shape)}",
             )
+
+
+def check_eager(op_name: str, taken: Any) -> None:
+    """Refuses a call inside a trace (jit, vmap, grad): the positions came back traced even
+    from concrete indices, and NumPy cannot take strings at traced positions."""
+    if isinstance(taken, jax.core.Tracer):
+        raise fail(
+            TypeError,
+            op_name,
+            f"data holding strings must be gathered eagerly (JAX has no string dtype, so strings "
+            f"are gathered on the host: call {op_name} outside jit, vmap and grad), got a call "
+            f"inside a trace",
+        )
 
 
 def positions(data: np.ndarray) -> np.ndarray:
@@ -61,7 +75,7 @@ def fill_string(op_name: str, fill_value: Any, dtype: np.dtype) -> Any:
     """The fill string: by default empty, of the data's kind (b"" for bytes data)."""
     if fill_value is None:
         return b"" if dtype.kind == "S" else ""
-    kinds = {"U": (str,), "S": (bytes,), "O": (str, bytes)}[dtype.kind]
+    kinds = {"U": (str,), "T": (str,), "S": (bytes,), "O": (str, bytes)}[dtype.kind]
     if not isinstance(fill_value, kinds):
         wanted = " or ".join(k.__name__ for k in kinds)
         raise fail(
@@ -70,7 +84,7 @@ def fill_string(op_name: str, fill_value: Any, dtype: np.dtype) -> Any:
             f"fill_value must be a {wanted} for data of dtype {dtype}, "
             f"got {type(fill_value).__name__} {fill_value!r}",
         )
-    if dtype.kind != "O" and np.asarray(fill_value, dtype).item() != fill_value:
+    if dtype.kind in "US" and np.asarray(fill_value, dtype).item() != fill_value:
         raise fail(
             ValueError,
             op_name,

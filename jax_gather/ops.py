@@ -203,7 +203,9 @@ def _gather_strings(
     fill = _strings.fill_string(op_name, fill_value if mode in ("fill", "checked") else None, data.dtype)
     iota = _strings.positions(data)
     with x64_enabled_if(iota.dtype == np.int64):
-        taken = np.asarray(_run(plan_fn, op_name, iota, indices, attribute, mode, _strings.NO_POSITION))
+        taken = _run(plan_fn, op_name, iota, indices, attribute, mode, _strings.NO_POSITION)
+    _strings.check_eager(op_name, taken)
+    taken = np.asarray(taken)
     return _strings.take(data, taken, fill)
 
 

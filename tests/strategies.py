@@ -34,8 +34,11 @@ def make_data(shape, dtype, seed) -> np.ndarray:
 
 
 def make_strings(shape, kind, seed) -> np.ndarray:
-    """Distinct strings of varying length (some non-ASCII), as a str, bytes or object array."""
+    """Distinct strings of varying length (some non-ASCII), as a str, bytes, object or (NumPy 2)
+    StringDType array."""
     words = [f"w{v}" + "é" * (v % 3) for v in make_data(shape, np.int64, seed).ravel().tolist()]
+    if kind == "stringdtype":
+        return np.array(words, dtype=np.dtypes.StringDType()).reshape(shape)
     if kind == "bytes":
         return np.array([w.encode() for w in words], dtype="S").reshape(shape)
     if kind == "object":

@@ -23,7 +23,8 @@ from tests.strategies import (
     make_wild_indices,
 )
 
-KINDS = ["str", "bytes", "object"]
+# NumPy 2's variable-width StringDType too, where this NumPy has it.
+KINDS = ["str", "bytes", "object"] + (["stringdtype"] if hasattr(np.dtypes, "StringDType") else [])
 
 
 OPS = {
@@ -196,3 +197,27 @@ def test_a_string_array_as_a_jit_argument_is_refused_by_jax_with_a_type_error():
     with pytest.raises(TypeError):
         jax.jit(lambda d, i: jax_gather.gather(d, i))(data, np.array([1]))
     assert jax_gather.gather(data, np.array([1])).tolist() == [["c", "d"]]
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [jax.jit, lambda f: jax.jit(jax.vmap(f))],
+    ids=["jit", "jit_vmap"],
+)
+def test_string_data_with_concrete_indices_inside_jit_raises_the_documented_type_error(transform):
+    # jit stages out even a gather of constants: its positions come back traced, refused in the
+    # op's words, not by NumPy's conversion of a tracer. (vmap and grad leave it concrete.)
+    data = np.array([["a", "b"], ["c", "d"]])
+    message = "Gather: data holding strings must be gathered eagerly (JAX has no string dtype"
+    with pytest.raises(TypeError, match=re.escape(message)):
+        transform(lambda x: (jax_gather.gather(data, np.array([1])), x)[1])(np.ones(1))
+
+
+@pytest.mark.skipif(not hasattr(np.dtypes, "StringDType"), reason="NumPy 2's StringDType")
+def test_stringdtype_data_and_fills_of_any_length():
+    data = np.array(["ab", "c", "déf"], dtype=np.dtypes.StringDType())
+    out = jax_gather.gather(data, [2, -3, 5], mode="fill", fill_value="a longer fill")
+    assert out.dtype == data.dtype and out.tolist() == ["déf", "ab", "a longer fill"]
+    assert jax_gather.gather(data, [1, 9], mode="fill").tolist() == ["c", ""]
+    with pytest.raises(TypeError, match=re.escape("Gather: fill_value must be a str for data of dtype")):
+        jax_gather.gather(data, [1], mode="fill", fill_value=b"x")
