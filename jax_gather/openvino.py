@@ -47,9 +47,16 @@ def _strings_in(data: Any) -> bool:
 
 
 def _check_version(op_name: str, version: Any, versions: tuple[int, ...]) -> int:
-    if type(version) is not int or version not in versions:
+    """An integer attribute, as batch_dims and axis are (NumPy integers too), in ``versions``."""
+    version = static_int(op_name, "version", version)
+    if version not in versions:
         raise fail(ValueError, op_name, f"version must be one of {versions}, got {version!r}")
     return version
+
+
+def _mode(mode: str | None) -> str:
+    """The default "checked" for None only: any other value is the op's to accept or refuse."""
+    return "checked" if mode is None else mode
 
 
 def _in_range_only(name: str, indices: Any, size: Any, mode: str) -> Any:
@@ -73,11 +80,13 @@ def _in_range_only(name: str, indices: Any, size: Any, mode: str) -> Any:
             why = f" ({name} takes no negative indices)" if value < 0 else ""
             raise IndexError(f"{name}: {at} = {value} {rule}{why}")
     if mode == "checked" and traced and indices.size:
-        ok = indices >= 0  # (past the end is the op's own check, in its words)
+        # The whole range, so that the first index out of it is reported here, in these words,
+        # and never by the op's own check on the value a negative index is rewritten to below.
+        ok = (indices >= 0) & (indices < size)
         pos, first = _bounds._first_false(ok)
         value = jnp.max(jnp.where(first, indices, jnp.iinfo(indices.dtype).min))
         at = "indices" + ("[" + ", ".join(["{}"] * indices.ndim) + "]" if indices.ndim else "")
-        message = f"{name}: {at} = {{}} {rule} ({name} takes no negative indices)"
+        message = f"{name}: {at} = {{}} {rule} ({name} takes no negative indices, nor any past the end)"
         indices = check_indices(indices, jnp.all(ok), message, *pos, value)
     if mode == "clip":
         return xp.maximum(indices, 0)
@@ -125,9 +134,9 @@ def gather(
 
     def call() -> Any:
         nonlocal indices
-        if version != 8:
-            rank = np.ndim(data)
-            size = np.shape(data)[canonical_axis("Gather", "axis", axis, rank)] if rank else 0
+        rank = np.ndim(data)
+        if version != 8 and rank:  # (rank-0 data: the op's rank error)
+            size = np.shape(data)[canonical_axis("Gather", "axis", axis, rank)]
             indices = _in_range_only(name, indices, size, mode)
         return ops.gather(data, indices, axis, batch_dims=batch_dims, mode=mode, fill_value=fill_value)
 
@@ -156,7 +165,7 @@ def gather_nd(
     out = _versioned(
         "GatherND",
         version,
-        lambda: ops.gather_nd(data, indices, batch_dims, mode=mode or "checked", fill_value=fill_value),
+        lambda: ops.gather_nd(data, indices, batch_dims, mode=_mode(mode), fill_value=fill_value),
     )
     b = static_int("GatherND", "batch_dims", batch_dims)
     if version == 5 and b > 1:
@@ -190,5 +199,5 @@ def gather_elements(
     return _versioned(
         "GatherElements",
         6,
-        lambda: ops.gather_elements(data, indices, axis, mode=mode or "checked", fill_value=fill_value),
+        lambda: ops.gather_elements(data, indices, axis, mode=_mode(mode), fill_value=fill_value),
     )

@@ -12,6 +12,7 @@ NumPy references instead.
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -232,3 +233,57 @@ def test_gather_8_fills_zeros_in_any_filling_mode_and_strings_with_empty_ones():
     )
     words = np.array(["a", "b", "c"])
     assert openvino.gather(words, [0, 2, 5], 0).tolist() == ["a", "c", ""]
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: openvino.gather(np.zeros(3), [1], 0, mode=""), "Gather-8"),
+        (lambda: openvino.gather_nd(np.zeros(3), [[1]], mode=""), "GatherND-8"),
+        (lambda: openvino.gather_elements(np.zeros(3), [1], 0, mode=""), "GatherElements-6"),
+        (lambda: openvino.gather_nd(np.zeros(3), [[1]], mode=0), "GatherND-8"),
+    ],
+)
+def test_every_front_refuses_a_mode_that_is_not_one(call, name):
+    # Only None means the default: "" (falsy) was taken as "checked" by two of the three.
+    with pytest.raises(ValueError, match=rf"^{name}: mode must be one of 'checked', 'clip', 'fill'"):
+        call()
+
+
+def test_version_takes_any_integer_as_batch_dims_does():
+    data = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(
+        openvino.gather(data, [[1], [0]], 1, np.int64(1), version=np.int64(7)), [[1.0], [3.0]]
+    )
+    np.testing.assert_array_equal(openvino.gather_nd(data, [[1, 2]], version=np.int32(5)), [5.0])
+    with pytest.raises(TypeError, match=r"^Gather: version must be an integer, got the bool True"):
+        openvino.gather(data, [0], 1, version=True)
+    with pytest.raises(TypeError, match=r"^GatherND: version must be a static Python integer"):
+        openvino.gather_nd(data, [[0]], version=5.0)
+
+
+def test_gather_7_reports_a_traced_index_in_its_own_words_wherever_it_is_out_of_range():
+    import jax
+    import jax.numpy as jnp
+
+    import jax_gather
+
+    data = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    pick = jax_gather.checked(jax.jit(lambda i: openvino.gather(data, i, 1, version=7)))
+    # The first index out of [0, 2] in C order, as given (never the value a negative one is
+    # rewritten to, nor under the unversioned name).
+    for indices, first in (
+        ([[5, -1]], "[0, 0] = 5"),
+        ([[0, -1]], "[0, 1] = -1"),
+        ([[1, 2], [-3, 9]], "[1, 0] = -3"),
+    ):
+        with pytest.raises(
+            IndexError, match=rf"^Gather-7: indices{re.escape(first)} is out of range \[0, 2\]"
+        ):
+            pick(jnp.array(indices))
+
+
+def test_gather_7_on_rank_0_data_gives_the_rank_error():
+    for version in (1, 7):
+        with pytest.raises(ValueError, match=rf"^Gather-{version}: data must have rank >= 1, got rank 0"):
+            openvino.gather(np.float32(1.0), [0], 0, version=version)
