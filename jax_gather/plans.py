@@ -109,7 +109,7 @@ def _gather_plan(data_shape: Shape, indices_shape: Shape, axis: int, batch_dims:
         raise fail(
             ValueError,
             op,
-            f"batch_dims must be in [-{min(r, q)}, {min(r, q)}] (the smaller rank of data and "
+            f"batch_dims must be in [{-min(r, q)}, {min(r, q)}] (the smaller rank of data and "
             f"indices) and at most axis ({axis}) once a negative one is counted from indices' "
             f"rank {q}, got {batch_dims} (data shape {data_shape}, indices shape {indices_shape})",
         )

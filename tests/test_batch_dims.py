@@ -46,6 +46,8 @@ def test_an_out_of_bounds_index_names_its_position():
         ((2, 3), (2, 4), 0, 1, r"at most axis \(0\)"),
         ((2, 3), (2, 4), 1, 3, r"batch_dims must be in \[-2, 2\]"),
         ((2, 3), (2, 4), 1, -3, r"batch_dims must be in \[-2, 2\]"),
+        ((2, 3), (), 1, 1, r"batch_dims must be in \[0, 0\] "),  # rank-0 indices: never "[-0, 0]"
+        ((2, 3), (), 1, -1, r"batch_dims must be in \[0, 0\] "),
         ((2, 3, 4), (3, 4), 2, 1, r"the first batch_dims=1 dimensions of data and indices must be equal"),
     ],
 )
