@@ -296,13 +296,16 @@ def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.
     return check_indices(indices, jnp.all(ok), message, *args)
 
 
-def working_indices(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False) -> jax.Array:
+def working_indices(
+    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, promised: bool = False
+) -> jax.Array:
     """Indices as the gather reads them: narrowed with saturation, negatives normalised, and
     clamped into [0, s-1]. With ``clip`` an out-of-bounds index goes to the nearest end of
     [-s, s-1] first, as the "clip" mode says; otherwise it becomes some in-range index (the
     select of "fill" and "checked" replaces what it reads, and a promise made it undefined).
     With ``past_end`` every out-of-bounds index becomes ``s`` instead, and every in-bounds one
     stays in [0, s-1]: the slot of a data padded by one ``fill_value`` on each indexed axis.
+    With ``promised`` (indices said to be in bounds), a few indices are not clamped (below).
 
     Clamping here, rather than leaving it to the gather's native clamp, keeps every index the
     gather sees in bounds, so JAX's own checkify index checks never flag a position that a
@@ -311,6 +314,8 @@ def working_indices(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: 
     the element gathers (docs/performance.md).
     """
     target = _index_dtype(plan)
+    if promised and _few_components(indices):
+        return _normalised_unclamped(plan, _saturate(indices, target), target)
     if clip:
         indices = jnp.maximum(_saturate(indices, target), -_sizes(plan, target))
     u, sizes = _unsigned_parts(plan, indices)
@@ -319,9 +324,38 @@ def working_indices(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: 
     return lax.bitcast_convert_type(in_range, target)
 
 
-def index_vectors(plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False) -> jax.Array:
+# A program of fewer flops than this (by XLA's cost analysis) runs on the calling thread; any
+# other is handed to a worker thread (jax_gather._cpu.INLINE_FLOPS says why it matters).
+_INLINE_FLOPS = 1000
+# What normalising one index component costs there: with the clamp above, five flops (two
+# bitcasts, an add, two minimums); without it, three (a shift, an and, an add), as jnp's own
+# normalisation of negative indices (a compare, an add, a select).
+_UNCLAMPED_FLOPS, _CLAMPED_FLOPS = 3, 5
+
+
+def _few_components(indices: jax.Array) -> bool:
+    """Whether the clamp's two flops per index component would take the normalisation over
+    _INLINE_FLOPS, where jnp's three flops stay under it. There the clamp saves a few
+    instructions per index and the hand-over to a worker thread costs tens of microseconds;
+    past that both programs run on a worker and the clamp pays (the docstring above)."""
+    n = indices.size
+    return isinstance(n, int) and _UNCLAMPED_FLOPS * n < _INLINE_FLOPS <= _CLAMPED_FLOPS * n
+
+
+def _normalised_unclamped(plan: GatherPlan, indices: jax.Array, target: Any) -> jax.Array:
+    """``i + s`` for negative ``i``, else ``i``: in [0, s-1] for every index in bounds. An index out
+    of bounds stays out (the library's check reports the broken promise), and the gather's own
+    clamp keeps the read in the array."""
+    bits = jnp.iinfo(target).bits
+    sign = lax.shift_right_arithmetic(indices, jnp.asarray(bits - 1, target))
+    return indices + (sign & _sizes(plan, target))
+
+
+def index_vectors(
+    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, promised: bool = False
+) -> jax.Array:
     """``working_indices`` with the index-vector dim the gather expects."""
-    idx = working_indices(plan, indices, clip, past_end)
+    idx = working_indices(plan, indices, clip, past_end, promised)
     return idx if plan.tuple_indices else idx[..., None]
 
 

@@ -65,6 +65,12 @@ LOWERINGS = (
 # Fact: XLA:CPU copies a slice row of 16 to 64 elements with a loop that LLVM unrolls into scalar
 # moves, with no vector instruction; rows of 80 or more it vectorises.
 SHORT_ROWS = range(16, 65)
+# Fact: XLA's cost analysis counts the bitcasts to bytes on every element of data, which makes
+# XLA:CPU split the gather's loop into one task per core (its parallel task assignment); waking
+# the other cores costs more than the vector copy saves below this many bytes of output, where
+# the generic loop runs as one task. Measured over the grid (docs/performance.md): 64 KiB
+# 1.4-2.6x slower, 128 KiB level, 256 KiB and up 0.5-0.8x.
+SHORT_ROWS_MIN_BYTES = 256 << 10
 # Fact: JAX's CPU client runs a program on the calling thread when XLA's cost analysis counts
 # fewer than this many flops in it, and hands any other to a worker thread and waits.
 INLINE_FLOPS = 1000
@@ -168,16 +174,16 @@ def _choose(
     forward: GatherFn | None = None
     derivative = fill = None
 
-    # Not for a short lookup. Fact: XLA's cost analysis counts the bitcasts' shifts on every
-    # element of data, which sends the program over INLINE_FLOPS to a worker thread, a handoff
-    # that costs more than the few rows a short lookup copies.
+    # Only for an output of SHORT_ROWS_MIN_BYTES or more: below, the tasks cost more than the
+    # copy saves.
     short_rows = _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
-    if use("short_rows_in_bytes", short_rows and _index_components(plan) > SHORT_LOOKUP_INDICES):
+    if use("short_rows_in_bytes", short_rows and _output_bytes(plan, dtype) >= SHORT_ROWS_MIN_BYTES):
         forward = functools.partial(_rows_in_units, unit=jnp.uint4 if dtype.itemsize == 1 else jnp.uint8)
 
     # Not for a short lookup: the reduce-window's flops would send it over INLINE_FLOPS. On one
     # device, the only place it was measured.
     columns = _reads_columns(shape, plan) and one_device and _index_components(plan) > SHORT_LOOKUP_INDICES
+    columns = columns and xla_widens_column_indices()  # a fact of some CPUs only: checked here
     if use("columns_by_written_indices", columns):
         forward = _columns_by_written_indices
 
@@ -209,6 +215,10 @@ def _choose(
 
 def _static(*shapes: tuple) -> bool:
     return all(isinstance(d, int) for shape in shapes for d in shape)
+
+
+def _output_bytes(plan: GatherPlan, dtype: np.dtype) -> int:
+    return math.prod(plan.output_shape) * _bits(dtype) // 8
 
 
 def _index_components(plan: GatherPlan) -> int:
@@ -329,6 +339,37 @@ def _padded(data: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
 # The uint64 values exist only inside the lowering of one primitive: in a program traced without
 # x64, a uint64 array would be narrowed by every transformation that rebinds the gather outside
 # this module (checkify's bounds check among them, with a warning).
+
+
+# The fact above holds where XLA:CPU vectorises the loop with AVX-512's gathers (seen on an Intel
+# Xeon and an AMD EPYC with AVX-512); with AVX2 only (another AMD EPYC, or
+# XLA_FLAGS=--xla_cpu_max_isa=AVX2) the loop keeps its indices as they are, and nothing pays for
+# writing them out. So the CPU at hand is asked, once per process: the LLVM IR XLA compiles for
+# one small column gather (about 50 ms).
+WIDENED_INDICES = re.compile(r"zext (nneg )?<\d+ x i32> %\S+ to <\d+ x i64>")
+
+
+@functools.cache
+def xla_widens_column_indices() -> bool:
+    """Whether XLA:CPU, for this process's CPU and flags, widens 32-bit indices to 64 bits in
+    the vector loop of a column gather (what the column lowerings rest on)."""
+    import glob
+    import tempfile
+
+    plan = gather_plan((64, 4096), (1024,), 1)
+    column_gather = lambda d, i: direct(d, jnp.minimum(i, 4095)[..., None], plan)
+    try:
+        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+        args = [
+            jax.ShapeDtypeStruct(s, t, sharding=cpu)
+            for s, t in (((64, 4096), jnp.int8), ((1024,), jnp.int32))
+        ]
+        with tempfile.TemporaryDirectory() as tmp:
+            jax.jit(column_gather).lower(*args).compile(compiler_options={"xla_dump_to": tmp})
+            irs = [open(path).read() for path in glob.glob(f"{tmp}/*ir-with-opt.ll")]
+    except Exception:  # no CPU backend, or a JAX that cannot dump its IR: the fact unknown
+        return False
+    return any(WIDENED_INDICES.search(ir) for ir in irs)
 
 
 def _reads_columns(shape: tuple, plan: GatherPlan) -> bool:

@@ -24,13 +24,13 @@ from jax_gather.plans import GatherPlan
 def gather(
     data: jax.Array, indices: jax.Array, plan: GatherPlan, *, clip: bool, in_range: bool = False
 ) -> jax.Array:
-    """The gather of ``plan`` on the raw ``indices``, each clamped into range (with ``clip``,
-    first to the nearest end of [-s, s-1]); with ``in_range``, indices known to be in [0, s-1]
-    are read as they are."""
+    """The gather of ``plan`` on the raw ``indices``: with ``clip`` each clamped into range (first
+    to the nearest end of [-s, s-1]), otherwise promised to be in bounds; with ``in_range``,
+    indices known to be in [0, s-1] are read as they are."""
     low = _cpu.lowering(plan, data.shape, data.dtype)
     if in_range:
         return _gather(data, _bounds.in_range_vectors(plan, indices), plan, low)
-    return _gather(data, _bounds.index_vectors(plan, indices, clip=clip), plan, low)
+    return _gather(data, _bounds.index_vectors(plan, indices, clip=clip, promised=not clip), plan, low)
 
 
 def gather_or_fill(

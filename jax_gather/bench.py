@@ -709,6 +709,8 @@ def main(args: Any) -> int:
         f"machine: {machine['processor']}, {machine['cpu_count']} cores; JAX {machine['jax']} "
         f"on {machine['backend']}"
     )
+    if getattr(args, "grid", False):
+        return _main_grid(args, machine, sync)
     settle = SETTLE_S if getattr(args, "settle_ms", None) is None else args.settle_ms / 1e3
     rows = run(
         quick=args.quick, rounds=args.rounds, only=args.only, backward=not args.no_backward, settle=settle
@@ -736,6 +738,23 @@ def main(args: Any) -> int:
             json.dump(result, f, indent=1)
     if args.plot:
         plot(rows, args.plot)
+    return 0
+
+
+def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
+    from jax_gather import bench_grid
+
+    settle = bench_grid.SETTLE_S if getattr(args, "settle_ms", None) is None else args.settle_ms / 1e3
+    rows = bench_grid.run(quick=args.quick, rounds=args.rounds, only=args.only, settle=settle)
+    print(bench_grid.format_summary(rows))
+    if args.json:
+        result = {"machine": machine, "allocator_tuned": args.tune_allocator, "sync_dispatch": sync}
+        with open(args.json, "w") as f:
+            json.dump(result | {"grid": rows}, f, indent=1)
+    if args.plot:
+        prefix = args.plot[:-4] if args.plot.endswith(".png") else args.plot
+        for path in bench_grid.plot(rows, prefix):
+            print(f"heatmap: {path}")
     return 0
 
 

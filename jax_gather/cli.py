@@ -75,6 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="the seven float32 shapes and the small calls, fewer rounds (< 1 min)",
     )
+    bench.add_argument(
+        "--grid",
+        action="store_true",
+        help="every op x dtype x row width x index count x mode against jnp's same call, with "
+        "heatmaps (--plot PREFIX) and JSON (--json); with --quick a smaller grid (< 2 min)",
+    )
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")

@@ -294,3 +294,57 @@ def test_openvino_is_imported_without_its_telemetry_fork():
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and "forked" not in done.stderr, done.stderr[-2000:]
+
+
+# ---- bench --grid ------------------------------------------------------------------------------
+
+from jax_gather import bench_grid  # noqa: E402
+
+
+@pytest.mark.parametrize("op", list(bench_grid.OPS))
+@pytest.mark.parametrize("dtype", ["float32", "int4"])  # bfloat16 and int8 take float32's calls
+def test_grid_cells_compare_equal_work(op, dtype):
+    # Widths and counts that take every shape branch: fewer ids than a row, more, odd counts.
+    import jax
+
+    for width, count in [(1, 1), (4, 129), (64, 16)]:
+        cell = bench_grid.Cell(op, dtype, width, count)
+        d, i = bench_grid.make_inputs(cell)
+        assert bool((np.asarray(i) < 0).any()) or count < 100  # negative indices are drawn
+        assert bench_grid._plan(cell).output_shape == np.shape(bench_grid.ours_call(cell, "checked")(d, i))
+        for mode in bench_grid.MODES:
+            ours = np.asarray(jax.jit(bench_grid.ours_call(cell, mode))(d, i))
+            theirs = np.asarray(jax.jit(bench_grid.jnp_call(cell, mode))(d, i))
+            np.testing.assert_array_equal(
+                ours.view(np.uint8), theirs.view(np.uint8), err_msg=f"{cell} {mode}"
+            )
+
+
+def test_grid_cells_stay_under_the_memory_cap_and_quick_is_small():
+    cells = bench_grid.cells()
+    assert all(bench_grid.fits(c) for c in cells)
+    assert not bench_grid.fits(bench_grid.Cell("gather axis 0", "float32", 4096, 1 << 20))
+    assert {c.count for c in cells} == set(bench_grid.COUNTS) and {c.width for c in cells} == set(
+        bench_grid.WIDTHS
+    )
+    assert len(bench_grid.cells(quick=True)) <= 7 * 2 * 4 * 4
+
+
+def test_grid_run_reports_both_modes_against_an_a_a_band(tmp_path):
+    rows = bench_grid.run(quick=True, rounds=2, only="gather axis 0 float32 w=16 n=16")
+    assert len(rows) == 1
+    row = rows[0]
+    for mode in bench_grid.MODES:
+        assert row[mode] > 0 and len(row[f"{mode}_interval"]) == 3
+    assert row["aa"] > 0 and isinstance(bench_grid.slower(row, "checked"), bool)
+    assert "the worst ten cells" in bench_grid.format_summary(rows)
+    paths = bench_grid.plot(rows, str(tmp_path / "grid"))
+    assert [os.path.basename(p) for p in paths] == ["grid-checked.png", "grid-promise_in_bounds.png"]
+    assert all(os.path.getsize(p) > 1000 for p in paths)
+
+
+def test_slower_needs_the_whole_interval_past_the_a_a_band():
+    row = {"checked": 1.2, "checked_interval": (1.12, 1.3, 0.9), "aa_interval": (0.95, 1.1, 0.9)}
+    assert bench_grid.slower(row, "checked")
+    assert not bench_grid.slower(row | {"aa_interval": (0.9, 1.15, 0.9)}, "checked")
+    assert not bench_grid.slower(row | {"checked": 1.04, "checked_interval": (1.02, 1.06, 0.9)}, "checked")

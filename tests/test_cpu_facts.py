@@ -9,7 +9,11 @@ compiles for this machine's CPU; they were checked on x86-64 with AVX-512.
 
 import functools
 import glob
+import os
+import platform
 import re
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -81,7 +85,8 @@ def test_xla_copies_short_rows_with_no_vector_instruction(dtype):
 @needs_cpu_lowerings
 def test_rows_in_bytes_are_copied_with_vector_instructions():
     gather = lambda d, i: jax_gather.gather(d, i, mode="promise_in_bounds")
-    assert _vector_types(_optimized_ir(gather, np.zeros((1000, 32), np.float32), np.zeros(500, np.int32)))
+    ids = np.zeros(_cpu.SHORT_ROWS_MIN_BYTES // 128, np.int32)  # rows of 128 bytes
+    assert _vector_types(_optimized_ir(gather, np.zeros((1000, 32), np.float32), ids))
 
 
 # ---- short_lookup_fill_from_pad ------------------------------------------------------------------
@@ -204,7 +209,7 @@ ids, tuples = lambda n: np.zeros(n, np.int32), lambda *shape: np.zeros((*shape, 
         ("columns", lambda d, i: jax_gather.gather(d, i, 1), (64, 2048), ids(1000)),
     ],
 )
-def test_xla_fuses_the_pad_into_the_gather(name, fn, data_shape, indices):
+def test_xla_fuses_the_pad_into_the_gather(name, fn, data_shape, indices, columns_on_any_cpu):
     # The pad is cheaper than the select only because XLA never materialises the padded data.
     text = _compiled_text(fn, jnp.zeros(data_shape, jnp.float32), indices)
     assert " pad(" in text and "select" not in text, name  # the pad was taken
@@ -250,19 +255,54 @@ def _computation_with(compiled_text: str, op: str) -> str:
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("mode", ["promise_in_bounds", "clip"])
-def test_xla_widens_32_bit_indices_in_the_loop_of_a_column_gather(mode):
+def test_xla_widens_32_bit_indices_in_the_loop_of_a_column_gather_where_the_library_says(mode):
     # Why the indices are written out: without it, each mode's index arithmetic is fused into
-    # the gather's one loop, which widens every vector of indices to 64 bits there.
+    # the gather's one loop, which on some CPUs (AVX-512) widens every vector of indices to 64
+    # bits there. The library asks the CPU at hand once, on a smaller gather; this is the
+    # benchmark's shape in each mode.
     with _cpu.without("columns_by_written_indices"):
         text = _compiled_text(columns(mode), COLUMN_DATA, COLUMN_IDS)
         ir = _optimized_ir(columns(mode), COLUMN_DATA, COLUMN_IDS)
     assert _entry_ops(text) == ["fusion"], _entry_ops(text)
-    assert re.search(WIDENED, ir), "XLA:CPU no longer widens indices: is columns_by_written_indices needed?"
+    assert bool(re.search(WIDENED, ir)) == _cpu.xla_widens_column_indices()
+    assert _cpu.WIDENED_INDICES.pattern == WIDENED
+
+
+def _in_a_process_with(xla_flags: str, code: str) -> str:
+    env = dict(os.environ, XLA_FLAGS=xla_flags, JAX_PLATFORMS="cpu")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
+SELECTED = """
+import numpy as np, jax_gather
+from jax_gather import _cpu, plans
+plan = plans.gather_plan((512, 4096), (2048,), 1)
+names = _cpu.lowering(plan, (512, 4096), np.dtype(np.int8)).names
+data, ids = np.arange(8 * 300, dtype=np.int8).reshape(8, 300), np.arange(-150, 150) * 2 % 300
+assert (np.asarray(jax_gather.gather(data, ids, 1, mode="fill")) == data[:, ids]).all()
+print(_cpu.xla_widens_column_indices(), sorted(n for n in names if "column" in n))
+"""
+
+
+@needs_cpu_lowerings
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="XLA's x86 instruction sets")
+def test_the_column_lowerings_are_not_chosen_where_xla_keeps_32_bit_indices():
+    # AVX2 is what a CPU without AVX-512 gives XLA (the AMD EPYC where this fact failed).
+    assert _in_a_process_with("--xla_cpu_max_isa=AVX2", SELECTED) == "False []"
+
+
+@needs_cpu_lowerings
+@pytest.mark.skipif("avx512f" not in open("/proc/cpuinfo").read(), reason="a CPU with AVX-512")
+def test_the_column_lowerings_are_chosen_where_xla_widens_indices():
+    expected = "True ['column_fill_from_pad', 'columns_by_written_indices']"
+    assert _in_a_process_with("--xla_cpu_max_isa=AVX512", SELECTED) == expected
 
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("mode", ["promise_in_bounds", "clip", "checked", "fill"])
-def test_xla_keeps_a_reduce_window_out_of_the_gathers_loop(mode):
+def test_xla_keeps_a_reduce_window_out_of_the_gathers_loop(mode, columns_on_any_cpu):
     text = _compiled_text(columns(mode), COLUMN_DATA, COLUMN_IDS)
     gather = _computation_with(text, "gather")
     signature = gather.strip().split("\n")[0]  # the gather's loop reads the uint64 indices
@@ -332,3 +372,26 @@ def test_platform_dependent_keeps_only_the_branch_of_the_platform_it_lowers_for(
 def _dims(data_shape, indices_shape):
     plan = plans.gather_plan(data_shape, indices_shape, 0)
     return plan.dimension_numbers, plan.slice_sizes
+
+
+# ---- index arithmetic of a promise (jax_gather._bounds.working_indices) -------------------------
+
+
+@pytest.mark.parametrize("n", [200, 333])
+@pytest.mark.parametrize("op", ["gather", "gather_nd"])
+def test_a_promise_of_few_indices_runs_where_jnps_does(n, op):
+    # The clamp's two flops per index would take these over INLINE_FLOPS, to a worker thread,
+    # where jnp's indexing (three flops per index) stays on the calling thread.
+    data, ids = np.zeros((4096, 8), np.float32), -np.arange(n, dtype=np.int32)
+    if op == "gather":
+        ours = lambda d, i: jax_gather.gather(d, i, mode="promise_in_bounds")
+        theirs = lambda d, i: d.at[i].get(mode="promise_in_bounds")
+    else:
+        data, ids = data.reshape(64, 64, 8), ids.reshape(-1, 1)
+        ours = lambda d, i: jax_gather.gather_nd(d, i, mode="promise_in_bounds")
+        theirs = lambda d, i: d.at[i[:, 0]].get(mode="promise_in_bounds")
+    flops = lambda f: _flops(jax.jit(f).lower(*_on_cpu(data, ids)).compile())
+    assert flops(theirs) < _cpu.INLINE_FLOPS and flops(ours) <= flops(theirs)
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(ours)(data, ids)), np.asarray(jax.jit(theirs)(data, ids))
+    )

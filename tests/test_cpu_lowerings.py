@@ -31,33 +31,45 @@ COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
 HUGE = (32769, 65536)
 S = _cpu.SHORT_LOOKUP_INDICES
 ROWS_PER_INDEX = _cpu.COLUMN_ROWS
+# Ids enough for rows of 64 bytes to reach SHORT_ROWS_MIN_BYTES of output (4096).
+R = _cpu.SHORT_ROWS_MIN_BYTES // 64
+# The column lowerings are chosen only where XLA widens indices in the loop (a fact of the CPU).
+WIDENS = _cpu.xla_widens_column_indices()
+COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
 
 # (data shape, dtype, plan, the lowerings it takes on one CPU device)
 # fmt: off
 SELECTIONS = [
     # Short rows (16 to 64 elements, taken whole, ending the output) in narrower units.
-    ((100, 16), np.float32, plans.gather_plan((100, 16), (S + 1,), 0), {ROWS}),
-    ((100, 64), np.float32, plans.gather_plan((100, 64), (S + 1,), 0), {ROWS}),
-    ((100, 15), np.float32, plans.gather_plan((100, 15), (S + 1,), 0), set()),  # too short to pay
-    ((100, 65), np.float32, plans.gather_plan((100, 65), (S + 1,), 0), set()),  # XLA vectorises it
-    ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 0), {ROWS}),
-    ((100, 512), ml_dtypes.bfloat16, plans.gather_plan((100, 512), (S + 1,), 0), set()),
-    ((100, 32), np.int64, plans.gather_plan((100, 32), (S + 1,), 0), {ROWS}),
-    # A short lookup stays as it is (in bytes, XLA would count the shifts over all of data and
-    # hand the program to a worker thread); its fill comes from a pad.
+    # From SHORT_ROWS_MIN_BYTES of output.
+    ((100, 16), np.float32, plans.gather_plan((100, 16), (R,), 0), {ROWS}),
+    ((100, 16), np.float32, plans.gather_plan((100, 16), (R - 1,), 0), set()),  # the tasks cost more
+    ((100, 16), np.float32, plans.gather_plan((100, 16), (2, R // 2), 0), {ROWS}),
+    ((100, 64), np.float32, plans.gather_plan((100, 64), (R // 4,), 0), {ROWS}),
+    ((100, 64), np.float32, plans.gather_plan((100, 64), (S + 1,), 0), set()),
+    ((100, 15), np.float32, plans.gather_plan((100, 15), (2 * R,), 0), set()),  # too short to pay
+    ((100, 65), np.float32, plans.gather_plan((100, 65), (R,), 0), set()),  # XLA vectorises it
+    ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (R,), 0), {ROWS}),
+    ((100, 512), ml_dtypes.bfloat16, plans.gather_plan((100, 512), (R,), 0), set()),
+    ((100, 32), np.int64, plans.gather_plan((100, 32), (R,), 0), {ROWS}),
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (2 * R,), 0), {ROWS}),
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (R,), 0), set()),  # 128 KiB
+    # A short lookup's fill comes from a pad.
     ((100, 32), np.int8, plans.gather_plan((100, 32), (7,), 0), {LOOKUP_PAD}),
     ((100, 64), np.float32, plans.gather_plan((100, 64), (S,), 0), {LOOKUP_PAD}),
     ((100, 32), np.bool_, plans.gather_plan((100, 32), (S + 1,), 0), set()),  # no bitcast
     ((100, 32), np.complex64, plans.gather_plan((100, 32), (S + 1,), 0), set()),
-    ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (S, 2), 0), {ROWS}),
-    ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (4, S, 1), 1), {ROWS}),
+    ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (R // 2, 2), 0), {ROWS}),
+    ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (4, R // 8, 1), 1), {ROWS}),
     # Gather off the leading axis: its derivative takes rows of the moved axis. Along the last
-    # axis, from COLUMN_ROWS rows, it reads written-out indices and its fill from a pad.
-    ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, COLUMNS, COLUMN_PAD}),
-    ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED, COLUMNS, COLUMN_PAD}),
+    # axis, from COLUMN_ROWS rows, it reads written-out indices and its fill from a pad, where
+    # the CPU's fact holds.
+    ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
+    ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED, *COLUMN_PAIR}),
     ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), {MOVED}),
     ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
-    ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, COLUMNS}),  # selects
+    ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1),
+     {MOVED, *COLUMN_PAIR} - {COLUMN_PAD}),  # bfloat16 selects
     ((100, 32, 2), np.int8, plans.gather_plan((100, 32, 2), (S + 1,), 1), {MOVED}),  # rows of 2, not columns
     ((4, 100, 32), np.int8, plans.gather_plan((4, 100, 32), (4, S + 1), 2, batch_dims=1), set()),  # batched
     ((3, 100, 8), np.float16, plans.gather_plan((3, 100, 8), (7,), 2), {MOVED, LOOKUP_PAD}),
@@ -133,9 +145,11 @@ def _grad(fn):
 # fmt: off
 PROGRAMS = [
     ("short rows", lambda d, i: jax_gather.gather(d, i), np.zeros((50, 32), np.float32),
-     np.zeros(200, np.int32), _gathers, ("50x128xui8", "200x1xi32"), ("50x32xf32", "200x1xi32")),
+     np.zeros(R // 2, np.int32), _gathers, ("50x128xui8", f"{R // 2}x1xi32"),
+     ("50x32xf32", f"{R // 2}x1xi32")),
     ("short int8 rows", lambda d, i: jax_gather.gather(d, i), np.zeros((50, 32), np.int8),
-     np.zeros(200, np.int32), _gathers, ("50x64xui4", "200x1xi32"), ("50x32xi8", "200x1xi32")),
+     np.zeros(2 * R, np.int32), _gathers, ("50x64xui4", f"{2 * R}x1xi32"),
+     ("50x32xi8", f"{2 * R}x1xi32")),
     ("linear derivative, GatherND", _grad(lambda d, i: jax_gather.gather_nd(d, i, 1, mode="clip")),
      np.zeros((6, 7, 5), np.float32), np.zeros((6, 30, 2), np.int32),
      _scatters, ("210xf32", "6x30x1xi32"), ("6x7x5xf32", "6x30x2xi32")),
@@ -144,8 +158,8 @@ PROGRAMS = [
      np.zeros((6, 7), np.float32), np.zeros((6, 9), np.int32),
      _scatters, ("42xf32", "6x9x1xi32"), ("6x7xf32", "6x9x1xi32")),
     ("columns by written indices", lambda d, i: jax_gather.gather(d, i, 1, mode="promise_in_bounds"),
-     np.zeros((50, 32), np.int8), np.zeros(200, np.int32), _gathers, ("50x32xi8", "200x1xui64"),
-     ("50x32xi8", "200x1xi32")),
+     np.zeros((50, 32), np.int8), np.zeros(200, np.int32), _gathers,
+     ("50x32xi8", "200x1xui64") if WIDENS else ("50x32xi8", "200x1xi32"), ("50x32xi8", "200x1xi32")),
     ("moved axis derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
      np.zeros((6, 300), np.float32), np.zeros((200,), np.int32),
      _scatters, ("300x6xf32", "200x1xi32"), ("6x300xf32", "200x1xi32")),
@@ -175,20 +189,22 @@ def test_only_the_cpu_program_holds_the_lowering(what, fn, data, indices, find, 
     ],
     ids=["gather_nd batch dims", "gather columns"],
 )  # fmt: skip
-def test_only_the_cpu_program_reads_the_fill_from_a_pad(fn, data, indices):
+def test_only_the_cpu_program_reads_the_fill_from_a_pad(fn, data, indices, request):
+    what = request.node.callspec.id
     for platform in ("cpu", "cuda", "tpu"):
         module = module_for(fn, (data, indices), platform)
         assert module.count('"stablehlo.gather"') == 1, module
-        assert ("stablehlo.pad" in module) == (platform == "cpu"), platform
-        assert ("stablehlo.select" in module) == (platform != "cpu"), platform
+        pads = platform == "cpu" and (WIDENS or what == "gather_nd batch dims")
+        assert ("stablehlo.pad" in module) == pads, platform
+        assert ("stablehlo.select" in module) == (not pads), platform
 
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("name", _cpu.LOWERINGS)
-def test_without_a_lowering_the_library_computes_the_same_by_another_program(name):
+def test_without_a_lowering_the_library_computes_the_same_by_another_program(name, columns_on_any_cpu):
     rng = np.random.default_rng(11)
     data, indices, fn = {
-        ROWS: ((50, 32), make_wild_indices((200,), 50, np.int32, 1),
+        ROWS: ((50, 32), make_wild_indices((R // 2,), 50, np.int32, 1),
                lambda d, i: jax_gather.gather(d, i, mode="clip")),
         LINEAR: ((6, 7), make_wild_indices((6, 9), 7, np.int32, 2),
                  _grad(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="clip"))),
@@ -231,7 +247,7 @@ def test_short_rows_in_bytes_are_bit_exact(dtype, jit):
     # Random bytes: NaN payloads, -0.0, infinities and subnormals, which a conversion would change.
     with enable_x64(np.dtype(dtype).itemsize == 8):
         data = random_bits(np.random.default_rng(0), dtype, (40, 6, 24))
-        indices = make_indices((S + 1, 2), (40, 6), np.int32, seed=1)
+        indices = make_indices((_cpu.SHORT_ROWS_MIN_BYTES // 24 + 1, 2), (40, 6), np.int32, seed=1)
         plan = plans.gather_nd_plan(data.shape, indices.shape, 0)
         assert (ROWS in _cpu.lowering(plan, data.shape, data.dtype).names) == ON
         fn = lambda d, i: jax_gather.gather_nd(d, i)
@@ -240,7 +256,7 @@ def test_short_rows_in_bytes_are_bit_exact(dtype, jit):
 
 def test_every_mode_through_short_rows():
     data = np.arange(10 * 32, dtype=np.float32).reshape(10, 32)
-    indices = make_wild_indices((S + 1,), 10, np.int32, seed=3)
+    indices = make_wild_indices((R // 2,), 10, np.int32, seed=3)
     for mode, expected in [
         ("clip", reference.gather(data, indices, 0, mode="clip")),
         ("fill", reference.gather(data, indices, 0, mode="fill", fill=-7.0)),
@@ -306,7 +322,7 @@ COLUMN_INDEX_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint
 
 @pytest.mark.parametrize("dtype", COLUMN_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_columns_are_bit_exact_in_every_mode(dtype, jit):
+def test_columns_are_bit_exact_in_every_mode(dtype, jit, columns_on_any_cpu):
     # Along the last axis from COLUMN_ROWS rows: written-out indices, and "fill" (and traced
     # "checked") from a pad; every kind of out-of-bounds index, data of random bytes.
     wide = np.dtype(dtype).itemsize == 8
@@ -328,7 +344,7 @@ def test_columns_are_bit_exact_in_every_mode(dtype, jit):
 
 @pytest.mark.parametrize("index_dtype", COLUMN_INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("mode", ["clip", "fill", "checked"])
-def test_columns_read_every_index_dtype(index_dtype, mode):
+def test_columns_read_every_index_dtype(index_dtype, mode, columns_on_any_cpu):
     # Jitted, so "checked" gives the "fill" result for out-of-bounds indices (checkify aside).
     with enable_x64(np.dtype(index_dtype).itemsize == 8):
         data = np.arange(ROWS_PER_INDEX * 300, dtype=np.float32).reshape(ROWS_PER_INDEX, 300)
@@ -342,7 +358,7 @@ def test_columns_read_every_index_dtype(index_dtype, mode):
         _assert_same_bits(out, reference.gather(data, indices, 1, mode=ref_mode, fill=-1.0))
 
 
-def test_columns_under_vmap_and_checkify():
+def test_columns_under_vmap_and_checkify(columns_on_any_cpu):
     rng = np.random.default_rng(3)
     data = rng.standard_normal((3, ROWS_PER_INDEX, 50)).astype(np.float32)
     indices = make_indices((3, S + 1), 50, np.int32, seed=4)
@@ -362,7 +378,7 @@ def test_columns_under_vmap_and_checkify():
 
 
 @pytest.mark.parametrize("mode", ["checked", "fill", "clip"])
-def test_columns_inside_shard_map_on_this_one_device(mode):
+def test_columns_inside_shard_map_on_this_one_device(mode, columns_on_any_cpu):
     # The lowering's primitive takes the mesh axes its operands vary over, as jax.lax's ops do.
     from jax.sharding import Mesh, PartitionSpec
 
@@ -509,3 +525,16 @@ def test_int64_linear_offsets_address_the_same_elements():
         plan = plans.gather_nd_plan(data.shape, indices.shape, 1)
         out = jax.jit(lambda d, i: _cpu._by_linear_index(d, i, plan, dtype=jnp.int64))(data, indices)
         np.testing.assert_array_equal(np.asarray(out), reference.gather_nd(data, indices, 1))
+
+
+@pytest.mark.parametrize("n", [200, 333, 334])
+def test_a_promise_of_few_indices_reads_negatives_and_checked_reports_a_broken_one(n):
+    data = np.arange(50 * 3, dtype=np.float32).reshape(50, 3)
+    indices = make_indices((n,), 50, np.int32, seed=n)
+    fn = jax.jit(lambda d, i: jax_gather.gather(d, i, mode="promise_in_bounds"))
+    np.testing.assert_array_equal(np.asarray(fn(data, indices)), reference.gather(data, indices, 0))
+    indices[n // 2] = -51
+    with pytest.raises(
+        IndexError, match=rf"indices\[{n // 2}\] = -51 is out of bounds for axis 0 of size 50"
+    ):
+        jax_gather.checked(fn)(data, indices)

@@ -1,0 +1,281 @@
+"""``python -m jax_gather bench --grid``: jax_gather against jnp's same call over a grid of sizes.
+
+The main table times 23 shapes against every peer; a user's sizes are not those. The grid times
+every op x dtype x row width x index count x mode against the call a user would otherwise write
+with jnp, jitted, in the same out-of-bounds mode ("checked", whose plain-``jit`` program is the
+fill's, against ``mode="fill"``; ``promise_in_bounds`` against ``promise_in_bounds``), by the main
+benchmark's method (:mod:`jax_gather.bench`): paired rounds, the order alternating, the median of
+per-round ratios with its interval, and an A/A control per cell (the default mode compiled a
+second time, timed as one more contender). A cell is *slower* when its whole interval lies above
+the A/A band's upper end, and at least :data:`SLOWER` above 1.
+
+Row width is the number of elements each index takes (a row of the table, a column for Gather
+along axis 1); index count the number of index components' tuples (ids, elements, or GatherND
+tuples). The indexed axis has :data:`TABLE` entries unless an op says otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from jax_gather import bench
+
+TABLE = 4096
+WIDTHS = (1, 4, 16, 32, 64, 128, 1024, 4096)
+COUNTS = (1, 16, 128, 129, 512, 1024, 4096, 8192, 65536, 1 << 20)
+DTYPES = ("float32", "bfloat16", "int8", "int4")
+MODES = ("checked", "promise_in_bounds")
+QUICK_WIDTHS, QUICK_COUNTS, QUICK_DTYPES = (1, 16, 64, 1024), (16, 129, 1024, 8192), ("float32", "int8")
+# Cells whose output or data would pass this many bytes are left out (the machine's memory, and
+# a grid that ends in an hour).
+MAX_BYTES = 256 << 20
+# No onnxruntime in the grid, whose threads spin after a run: a short settle suffices.
+SETTLE_S = 0.003
+# A cell is called slower than jnp only past the A/A band and at least this far above 1.0.
+SLOWER = 1.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    op: str  # a key of OPS
+    dtype: str
+    width: int
+    count: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.op} {self.dtype} w={self.width} n={self.count}"
+
+
+def _shapes(op: str, w: int, n: int) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
+    """(data shape, indices shape, attribute, batch_dims) of a cell."""
+    if op == "gather axis 0":
+        return (TABLE, w), (n,), 0, 0
+    if op == "gather axis 1":
+        return (w, TABLE), (n,), 1, 0
+    if op == "gather batch_dims=1":
+        b = next(b for b in (8, 4, 2, 1) if n % b == 0)
+        return (b, TABLE // 8, w), (b, n // b), 1, 1
+    rows, per_row = max(1, n // w), min(n, w)
+    if op == "gather_elements axis -1":
+        return (rows, w), (rows, per_row), -1, 0
+    if op == "gather_elements axis 0":
+        return (TABLE, w), (rows, per_row), 0, 0
+    if op == "gather_nd pairs":
+        return (64, 64, w), (n, 2), 0, 0
+    if op == "gather_nd rows":
+        return (TABLE, w), (n, 1), 0, 0
+    raise ValueError(f"bench --grid: unknown op {op!r}; the ops are {list(OPS)}")
+
+
+OPS = {
+    "gather axis 0": "gather",
+    "gather axis 1": "gather",
+    "gather batch_dims=1": "gather",
+    "gather_elements axis -1": "gather_elements",
+    "gather_elements axis 0": "gather_elements",
+    "gather_nd pairs": "gather_nd",
+    "gather_nd rows": "gather_nd",
+}
+
+
+def _itemsize_bits(dtype: str) -> int:
+    return 4 if dtype == "int4" else 16 if dtype == "bfloat16" else 8 * np.dtype(dtype).itemsize
+
+
+def fits(cell: Cell) -> bool:
+    """Whether the cell's data and output stay under MAX_BYTES."""
+    data = _shapes(cell.op, cell.width, cell.count)[0]
+    out = _plan(cell).output_shape
+    bits = _itemsize_bits(cell.dtype)
+    return max(math.prod(data), math.prod(out)) * bits // 8 <= MAX_BYTES
+
+
+def _plan(cell: Cell) -> Any:
+    from jax_gather import plans
+
+    data, indices, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count)
+    kind = OPS[cell.op]
+    if kind == "gather":
+        return plans.gather_plan(data, indices, attribute, batch_dims)
+    plan_fn = plans.gather_elements_plan if kind == "gather_elements" else plans.gather_nd_plan
+    return plan_fn(data, indices, attribute)
+
+
+def cells(quick: bool = False, only: str | None = None) -> list[Cell]:
+    widths, counts, dtypes = (QUICK_WIDTHS, QUICK_COUNTS, QUICK_DTYPES) if quick else (WIDTHS, COUNTS, DTYPES)
+    grid = [Cell(op, dt, w, n) for op in OPS for dt in dtypes for w in widths for n in counts]
+    return [c for c in grid if fits(c) and (only is None or only in c.name)]
+
+
+def make_inputs(cell: Cell, seed: int = 0) -> tuple[Any, Any]:
+    """Data of the cell's dtype and in-bounds indices (a tenth negative), as device arrays."""
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    data_shape, indices_shape, _, _ = _shapes(cell.op, cell.width, cell.count)
+    values = rng.integers(-8, 8, data_shape)
+    dtype = {"bfloat16": ml_dtypes.bfloat16, "int4": ml_dtypes.int4}.get(cell.dtype, np.dtype(cell.dtype))
+    data = values.astype(dtype)
+    plan = _plan(cell)
+    sizes = np.asarray(plan.index_sizes) if plan.tuple_indices else plan.index_sizes[0]
+    indices = np.floor(rng.random(indices_shape) * sizes).astype(np.int32)
+    indices = np.where(rng.random(indices_shape) < 0.1, indices - sizes, indices).astype(np.int32)
+    return jnp.asarray(data), jnp.asarray(indices)
+
+
+def jnp_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
+    """The call a user would write with jnp for the cell's op, in ``mode`` ("checked" -> "fill")."""
+    import jax
+    import jax.numpy as jnp
+
+    m = "fill" if mode == "checked" else mode
+    _, _, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count)
+    kind = OPS[cell.op]
+    if kind == "gather":  # jnp.take has no promise_in_bounds; indexing has every mode
+        lead = (slice(None),) * (attribute - batch_dims)
+        fn = lambda d, i: d.at[lead + (i,)].get(mode=m)
+        return jax.vmap(fn) if batch_dims else fn
+    if kind == "gather_elements":
+        # Indices may be narrower than data (ONNX allows it, jnp does not: a slice first), and
+        # take_along_axis reads negative indices as they are under a promise: normalised first.
+        def elements(d: Any, i: Any) -> Any:
+            if m == "promise_in_bounds":
+                i = jnp.where(i < 0, i + d.shape[attribute], i)
+            d = d[:, : i.shape[1]] if attribute == 0 else d
+            return jnp.take_along_axis(d, i, axis=attribute, mode=m)
+
+        return elements
+    return lambda d, i: d.at[tuple(i[..., c] for c in range(i.shape[-1]))].get(mode=m)
+
+
+def ours_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
+    import jax_gather
+
+    _, _, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count)
+    op = getattr(jax_gather, OPS[cell.op])
+    extra = {"batch_dims": batch_dims} if batch_dims else {}
+    return lambda d, i: op(d, i, attribute, mode=mode, **extra)
+
+
+AGAIN = "again"
+
+
+def run_cell(cell: Cell, rounds: int, settle: float) -> dict[str, Any]:
+    """Times one cell; returns its row (per mode: the ratio ours / jnp and its interval)."""
+    import jax
+
+    d, i = make_inputs(cell)
+    fns = {f"ours {m}": jax.jit(ours_call(cell, m)) for m in MODES}
+    fns |= {f"jnp {m}": jax.jit(jnp_call(cell, m)) for m in MODES}
+    fns[AGAIN] = jax.jit(ours_call(cell, MODES[0]))  # the A/A control: the first compiled again
+    calls: dict[str, Callable[[], Any]] = {
+        name: functools.partial(bench._ready, f, d, i) for name, f in fns.items()
+    }
+    once = bench._time(calls[f"jnp {MODES[0]}"], 1)
+    reps = int(np.clip(2e-3 / max(once, 1e-7), 3, 15))
+    times = bench._paired_rounds(calls, rounds, reps, settle)
+    row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps}
+    row["jnp_s"] = {m: float(np.median(times[f"jnp {m}"])) for m in MODES}
+    row["aa"], row["aa_interval"] = bench._paired(times[f"ours {MODES[0]}"], times[AGAIN])
+    for m in MODES:
+        row[m], row[f"{m}_interval"] = bench._paired(times[f"ours {m}"], times[f"jnp {m}"])
+    return row
+
+
+def slower(row: dict[str, Any], mode: str) -> bool:
+    """Whether the cell is slower than jnp in ``mode``, past the A/A band and SLOWER."""
+    low = row[f"{mode}_interval"][0]
+    return low > max(row["aa_interval"][1], 1.0) and row[mode] > SLOWER
+
+
+def run(
+    quick: bool = False, rounds: int | None = None, only: str | None = None, settle: float = SETTLE_S
+) -> list[dict[str, Any]]:
+    todo = cells(quick, only)
+    rows = []
+    for k, cell in enumerate(todo):
+        bench._progress(k, len(todo), cell.name)
+        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle))
+    bench._progress(len(todo), len(todo), "done")
+    return rows
+
+
+def worst(rows: Sequence[dict[str, Any]], k: int = 10) -> list[tuple[float, str, str]]:
+    name = lambda r: Cell(r["op"], r["dtype"], r["width"], r["count"]).name
+    return sorted(((r[m], name(r), m) for r in rows for m in MODES), reverse=True)[:k]
+
+
+def format_summary(rows: Sequence[dict[str, Any]]) -> str:
+    lines = [f"grid: {len(rows)} cells x {len(MODES)} modes, jax_gather / jnp's call in the same mode"]
+    for m in MODES:
+        ratios = [r[m] for r in rows]
+        bad = [r for r in rows if slower(r, m)]
+        lines.append(
+            f"  {m:18s} geometric mean {bench._geomean(ratios):.2f}, worst {max(ratios):.2f}; "
+            f"slower past the A/A band and {SLOWER}: {len(bad)} cells"
+        )
+    aa = [r["aa"] for r in rows]
+    lines.append(f"  A/A (one program against its second compile): {min(aa):.2f}-{max(aa):.2f}")
+    lines.append("  the worst ten cells:")
+    lines += [f"    {ratio:5.2f}  {name}  [{mode}]" for ratio, name, mode in worst(rows)]
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[dict[str, Any]], prefix: str) -> list[str]:
+    """One heatmap per op and dtype (a figure per mode): red where jax_gather is slower than
+    jnp, blue where faster; a cell past the A/A band and SLOWER is boxed. Returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    ops = [op for op in OPS if any(r["op"] == op for r in rows)]
+    dtypes = [dt for dt in DTYPES if any(r["dtype"] == dt for r in rows)]
+    widths = sorted({r["width"] for r in rows})
+    counts = sorted({r["count"] for r in rows})
+    norm = TwoSlopeNorm(vmin=0.25, vcenter=1.0, vmax=2.0)
+    paths = []
+    for mode in MODES:
+        fig, axes = plt.subplots(
+            len(ops), len(dtypes), figsize=(3.6 * len(dtypes), 2.7 * len(ops)), squeeze=False
+        )
+        for (a, op), (b, dt) in ((x, y) for x in enumerate(ops) for y in enumerate(dtypes)):
+            ax = axes[a][b]
+            grid = np.full((len(widths), len(counts)), np.nan)
+            for r in rows:
+                if r["op"] == op and r["dtype"] == dt:
+                    y, x = widths.index(r["width"]), counts.index(r["count"])
+                    grid[y, x] = r[mode]
+                    if slower(r, mode):
+                        ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, lw=1.5))
+            ax.imshow(grid, cmap="RdBu_r", norm=norm, aspect="auto")
+            for (y, x), v in np.ndenumerate(grid):
+                if not np.isnan(v):
+                    ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=5.5)
+            ax.set_xticks(range(len(counts)), [_short(n) for n in counts], fontsize=6)
+            ax.set_yticks(range(len(widths)), widths, fontsize=6)
+            ax.set_title(f"{op}, {dt}", fontsize=8)
+            if b == 0:
+                ax.set_ylabel("row width", fontsize=7)
+            if a == len(ops) - 1:
+                ax.set_xlabel("index count", fontsize=7)
+        fig.suptitle(f"jax_gather / jnp, jitted, mode {mode} (red: slower; boxed: past the A/A band)")
+        fig.tight_layout()
+        path = f"{prefix}-{mode}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _short(n: int) -> str:
+    return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}k" if n >= 8192 else str(n)
