@@ -595,16 +595,25 @@ def _traced_fits(value: jax.Array, dtype: np.dtype) -> jax.Array | None:
 def select_exact(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
     """``jnp.where(mask, on_true, on_false)`` that keeps every bit of the values it selects.
 
-    XLA:CPU computes a bfloat16 select in float32, which rewrites NaN payloads; for bfloat16
-    the bit patterns are selected instead (a same-width bitcast is free)."""
-    if on_true.dtype != jnp.bfloat16:
+    XLA:CPU computes a bfloat16 select in float32, and a select of the float8 types in float16,
+    which rewrites NaN payloads (float8_e3m4, e4m3 and e5m2 have several NaNs); for every float
+    type other than float16, 32 and 64 the bit patterns are selected instead (a same-width
+    bitcast is free). float4_e2m1fn has no NaN to rewrite."""
+    if not _selected_as_bits(np.dtype(on_true.dtype)):
         return jnp.where(mask, on_true, on_false)
     return _select_bits(mask, on_true, on_false)
 
 
+@functools.lru_cache(maxsize=64)
+def _selected_as_bits(dtype: np.dtype) -> bool:
+    native = (np.float16, np.float32, np.float64)
+    return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype not in native and _float_type(dtype).has_nan
+
+
 @jax.custom_jvp
 def _select_bits(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
-    bits = lambda x: lax.bitcast_convert_type(x, jnp.uint16)
+    unsigned = jnp.dtype(f"uint{8 * on_true.dtype.itemsize}")
+    bits = lambda x: lax.bitcast_convert_type(x, unsigned)
     return lax.bitcast_convert_type(jnp.where(mask, bits(on_true), bits(on_false)), on_true.dtype)
 
 

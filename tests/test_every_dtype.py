@@ -1,0 +1,173 @@
+"""Every JAX dtype, in either byte order, against the NumPy reference, bit for bit.
+
+Hypothesis draws the op, row widths and index counts on both sides of each CPU lowering's
+thresholds (read from ``jax_gather._cpu``, so the cases follow them when they move), indices in
+bounds (for "checked" and "promise_in_bounds") or in and out of bounds (for "fill" and "clip"),
+and runs each case eagerly and under ``jit``. Outputs are compared as bytes: NaN payloads, signed
+zeros and the padding bits of sub-byte types included.
+"""
+
+import math
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, note, settings, strategies as st
+
+import jax_gather
+from jax_gather import _cpu
+from tests import reference
+from tests.compat import enable_x64
+from tests.strategies import make_indices, make_wild_indices
+
+_FLOAT8 = [n for n in dir(ml_dtypes) if n.startswith("float8_") and hasattr(jax.numpy, n)]
+DTYPES = [
+    np.dtype(d)
+    for d in [np.bool_, ml_dtypes.int2, ml_dtypes.int4, np.int8, np.int16, np.int32, np.int64,
+              ml_dtypes.uint2, ml_dtypes.uint4, np.uint8, np.uint16, np.uint32, np.uint64,
+              ml_dtypes.float4_e2m1fn, *(getattr(ml_dtypes, n) for n in sorted(_FLOAT8)),
+              ml_dtypes.bfloat16, np.float16, np.float32, np.float64, np.complex64, np.complex128]
+]  # fmt: skip
+MODES = ["checked", "fill", "clip", "promise_in_bounds"]
+REFERENCE_MODE = {"checked": "raise", "promise_in_bounds": "raise", "fill": "fill", "clip": "clip"}
+
+# Row widths about the short-rows range, index counts about the short-lookup bound, and row
+# counts of column gathers about COLUMN_ROWS.
+WIDTHS = sorted(
+    {1, 15, _cpu.SHORT_ROWS[0] - 1, _cpu.SHORT_ROWS[0], _cpu.SHORT_ROWS[-1], _cpu.SHORT_ROWS[-1] + 1, 80}
+)
+COUNTS = sorted({1, _cpu.SHORT_LOOKUP_INDICES, _cpu.SHORT_LOOKUP_INDICES + 1, 300})
+COLUMN_ROWS = sorted({1, _cpu.COLUMN_ROWS - 1, _cpu.COLUMN_ROWS, _cpu.COLUMN_ROWS + 1})
+# Outputs about the short rows' output size, where _cpu has one (index counts beyond COUNTS).
+MIN_BYTES = getattr(_cpu, "SHORT_ROWS_MIN_BYTES", None)
+# Known (issue 34): XLA:CPU pads these float8 types through float16, which rewrites their NaN
+# payloads, and _cpu's padded fills (short_lookup_fill_from_pad, column_fill_from_pad) still
+# take them (they leave out only bfloat16). Until they leave them out too, NaN is only NaN here.
+PADS_REWRITE_NANS = {"float8_e3m4", "float8_e4m3", "float8_e5m2"}
+EXAMPLES_PER_DTYPE = max(3, settings().max_examples // 10)
+
+
+def _bits(dtype: np.dtype) -> int:
+    return (
+        ml_dtypes.iinfo(dtype).bits
+        if dtype.name in ("int2", "int4", "uint2", "uint4")
+        else (4 if dtype == ml_dtypes.float4_e2m1fn else 8 * dtype.itemsize)
+    )
+
+
+def _random_values(rng: np.random.Generator, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    """Every bit pattern of the dtype is as likely (NaNs with payloads, infinities, -0 too)."""
+    bits = _bits(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if bits < 8:  # sub-byte types: a value per element, from every pattern of its bits
+        return _sub_byte_values(dtype)[rng.integers(0, 2**bits, shape)]
+    raw = rng.integers(0, 256, (*shape, dtype.itemsize), dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+def _sub_byte_values(dtype: np.dtype) -> np.ndarray:
+    """The 2**bits values of a sub-byte type, by code."""
+    if dtype.kind in "iu":
+        info = ml_dtypes.iinfo(dtype)
+        return np.arange(info.min, info.max + 1).astype(dtype)
+    return np.arange(16, dtype=np.uint8).view(dtype)  # float4_e2m1fn: codes 0-15
+
+
+def _default_fill(dtype: np.dtype):
+    """The documented defaults: True; the minimum of a signed, the maximum of an unsigned
+    integer type; NaN; the minimum of a float type without NaN."""
+    if dtype == np.bool_:
+        return True
+    if dtype.kind in "iu" or dtype.name in ("int2", "int4", "uint2", "uint4"):
+        info = ml_dtypes.iinfo(dtype)
+        return info.max if info.min == 0 else info.min
+    nan = np.asarray(np.nan).astype(dtype)
+    if dtype.kind == "c" or np.isnan(nan.astype(np.float64)):
+        return np.nan
+    return ml_dtypes.finfo(dtype).min
+
+
+@st.composite
+def cases(draw, dtype):
+    op = draw(st.sampled_from(["rows", "columns", "nd_rows", "elements"]))
+    width = draw(st.sampled_from(WIDTHS))
+    count = draw(st.sampled_from(COUNTS))
+    if op == "rows" and MIN_BYTES and draw(st.integers(0, 4)) == 0:
+        # About the output size from which short rows are read in bytes.
+        at = math.ceil(MIN_BYTES * 8 / (width * _bits(dtype)))
+        count = draw(st.sampled_from([at - 1, at]))
+    rows = draw(st.sampled_from(COLUMN_ROWS if op == "columns" else [1, 3, 10]))
+    mode = draw(st.sampled_from(MODES))
+    swapped = draw(st.booleans()) and dtype.itemsize > 1 and dtype.newbyteorder() != dtype
+    seed = draw(st.integers(0, 2**16))
+    return op, rows, width, count, mode, swapped, seed
+
+
+def _call(op, data, indices, mode, fill):
+    if op in ("rows", "columns"):
+        return jax_gather.gather(data, indices, 0 if op == "rows" else -1, mode=mode)
+    if op == "nd_rows":
+        return jax_gather.gather_nd(data, indices, mode=mode)
+    return jax_gather.gather_elements(data, indices, 1, mode=mode)
+
+
+def _expected(op, data, indices, mode, fill):
+    kw = {"mode": REFERENCE_MODE[mode], "fill": fill}
+    if op == "rows":  # each distinct index's row once (the reference loops in Python), then spread
+        distinct, where = np.unique(indices, return_inverse=True)
+        return reference.gather(data, distinct, 0, **kw)[where.reshape(indices.shape)]
+    if op == "columns":
+        return reference.gather(data, indices, -1, **kw)
+    if op == "nd_rows":
+        return reference.gather_nd(data, indices, 0, **kw)
+    return reference.gather_elements(data, indices, 1, **kw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=[d.name for d in DTYPES])
+@settings(max_examples=EXAMPLES_PER_DTYPE, deadline=None)
+@given(data=st.data())
+def test_every_dtype_byte_order_width_count_and_mode_is_exact(dtype, data):
+    op, rows, width, count, mode, swapped, seed = data.draw(cases(dtype))
+    rng = np.random.default_rng(seed)
+    shape = (rows, width)
+    if op == "elements":
+        index_shape, sizes = (rows, max(1, count // rows)), width
+    elif op == "columns":
+        index_shape, sizes = (count,), width
+    elif op == "nd_rows":
+        index_shape, sizes = (count, 1), rows
+    else:
+        index_shape, sizes = (count,), rows
+    make = make_indices if mode in ("checked", "promise_in_bounds") else make_wild_indices
+    indices = make(index_shape, sizes, np.int32, seed)
+    table = _random_values(rng, dtype, shape)
+    if swapped:
+        table = table.astype(dtype.newbyteorder())
+    note(f"{op} {dtype.name}{'(swapped)' if swapped else ''}{list(shape)} indices{list(index_shape)} {mode}")
+    fill = _default_fill(dtype)
+    native = table.astype(dtype)
+    before = table.copy()
+    with enable_x64(dtype.itemsize == 8 or dtype == np.complex128):
+        expected = _expected(op, native, indices, mode, fill)
+        eager = _call(op, table, indices, mode, fill)
+        # jax.jit takes no swapped NumPy argument: swapped data is a constant of the trace.
+        if swapped:
+            traced = jax.jit(lambda i: _call(op, table, i, mode, fill))(indices)
+        else:
+            traced = jax.jit(lambda d, i: _call(op, d, i, mode, fill))(table, indices)
+    for out, folded in ((eager, False), (traced, swapped)):
+        out = np.asarray(out)
+        assert out.dtype == dtype and out.shape == expected.shape
+        padded = mode in ("fill", "checked") and dtype.name in PADS_REWRITE_NANS
+        want = expected
+        if (folded and dtype == ml_dtypes.bfloat16) or padded:
+            # Data that is a constant of the trace is gathered by XLA's constant folding, which
+            # quiets a signalling bfloat16 NaN (jnp.take's too): NaN stays NaN, payloads may not.
+            nan = np.isnan(expected.astype(np.float32))
+            assert np.isnan(out.astype(np.float32))[nan].all()
+            out, want = np.where(nan, 0, out).astype(dtype), np.where(nan, 0, expected).astype(dtype)
+        np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+    assert table.dtype == before.dtype
+    np.testing.assert_array_equal(table.view(np.uint8), before.view(np.uint8))  # never mutated
