@@ -197,9 +197,11 @@ def _choose(
     elif use("linear_derivative", linear is not None):
         derivative = functools.partial(_by_linear_index, dtype=linear)
 
-    # Not for bfloat16. Fact: XLA:CPU gathers bfloat16 as float32 between two converts, which in
-    # the padded loop widen and round each element on its own (measured slower than the select).
-    pads = one_device and dtype != jnp.bfloat16
+    # Not for the narrow floats. Fact: XLA:CPU gathers bfloat16 as float32 and the float8 types as
+    # float16, between two converts, which in the padded loop widen and round each element on its
+    # own (bfloat16: measured slower than the select) and rewrite a NaN's payload (float8; the
+    # select is of the bits).
+    pads = one_device and not _narrow_float(dtype)
     short_lookup = not elements and _index_components(plan) <= SHORT_LOOKUP_INDICES
     batched_nd_elements = (
         elements and plan.tuple_indices and bool(plan.dimension_numbers.operand_batching_dims)
@@ -211,6 +213,10 @@ def _choose(
     elif use("column_fill_from_pad", pads and columns):
         fill = _column_fill_from_pad
     return Lowering(forward, derivative, fill, frozenset(names))
+
+
+def _narrow_float(dtype: np.dtype) -> bool:
+    return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype not in (np.float16, np.float32, np.float64)
 
 
 def _static(*shapes: tuple) -> bool:

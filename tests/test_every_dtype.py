@@ -40,11 +40,7 @@ WIDTHS = sorted(
 COUNTS = sorted({1, _cpu.SHORT_LOOKUP_INDICES, _cpu.SHORT_LOOKUP_INDICES + 1, 300})
 COLUMN_ROWS = sorted({1, _cpu.COLUMN_ROWS - 1, _cpu.COLUMN_ROWS, _cpu.COLUMN_ROWS + 1})
 # Outputs about the short rows' output size, where _cpu has one (index counts beyond COUNTS).
-MIN_BYTES = getattr(_cpu, "SHORT_ROWS_MIN_BYTES", None)
-# Known (issue 34): XLA:CPU pads these float8 types through float16, which rewrites their NaN
-# payloads, and _cpu's padded fills (short_lookup_fill_from_pad, column_fill_from_pad) still
-# take them (they leave out only bfloat16). Until they leave them out too, NaN is only NaN here.
-PADS_REWRITE_NANS = {"float8_e3m4", "float8_e4m3", "float8_e5m2"}
+MIN_BYTES = _cpu.SHORT_ROWS_MIN_BYTES
 EXAMPLES_PER_DTYPE = max(3, settings().max_examples // 10)
 
 
@@ -160,9 +156,8 @@ def test_every_dtype_byte_order_width_count_and_mode_is_exact(dtype, data):
     for out, folded in ((eager, False), (traced, swapped)):
         out = np.asarray(out)
         assert out.dtype == dtype and out.shape == expected.shape
-        padded = mode in ("fill", "checked") and dtype.name in PADS_REWRITE_NANS
         want = expected
-        if (folded and dtype == ml_dtypes.bfloat16) or padded:
+        if folded and dtype == ml_dtypes.bfloat16:
             # Data that is a constant of the trace is gathered by XLA's constant folding, which
             # quiets a signalling bfloat16 NaN (jnp.take's too): NaN stays NaN, payloads may not.
             nan = np.isnan(expected.astype(np.float32))
