@@ -297,7 +297,7 @@ def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.
 
 
 def working_indices(
-    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, promised: bool = False
+    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, unclamped: bool = False
 ) -> jax.Array:
     """Indices as the gather reads them: narrowed with saturation, negatives normalised, and
     clamped into [0, s-1]. With ``clip`` an out-of-bounds index goes to the nearest end of
@@ -305,7 +305,8 @@ def working_indices(
     select of "fill" and "checked" replaces what it reads, and a promise made it undefined).
     With ``past_end`` every out-of-bounds index becomes ``s`` instead, and every in-bounds one
     stays in [0, s-1]: the slot of a data padded by one ``fill_value`` on each indexed axis.
-    With ``promised`` (indices said to be in bounds), a few indices are not clamped (below).
+    With ``unclamped`` (for indices promised to be in bounds, where :func:`clamp_pays` says
+    not), negatives are normalised and nothing more.
 
     Clamping here, rather than leaving it to the gather's native clamp, keeps every index the
     gather sees in bounds, so JAX's own checkify index checks never flag a position that a
@@ -314,7 +315,7 @@ def working_indices(
     the element gathers (docs/performance.md).
     """
     target = _index_dtype(plan)
-    if promised and _few_components(indices):
+    if unclamped:
         return _normalised_unclamped(plan, _saturate(indices, target), target)
     if clip:
         indices = jnp.maximum(_saturate(indices, target), -_sizes(plan, target))
@@ -333,13 +334,25 @@ _INLINE_FLOPS = 1000
 _UNCLAMPED_FLOPS, _CLAMPED_FLOPS = 3, 5
 
 
-def _few_components(indices: jax.Array) -> bool:
-    """Whether the clamp's two flops per index component would take the normalisation over
-    _INLINE_FLOPS, where jnp's three flops stay under it. There the clamp saves a few
-    instructions per index and the hand-over to a worker thread costs tens of microseconds;
-    past that both programs run on a worker and the clamp pays (the docstring above)."""
-    n = indices.size
-    return isinstance(n, int) and _UNCLAMPED_FLOPS * n < _INLINE_FLOPS <= _CLAMPED_FLOPS * n
+# XLA:CPU splits a loop whose flops exceed its bytes into a task per core (its parallel task
+# assignment counts it compute-bound); one that does not, from this many bytes of output.
+_SPLIT_ANYWAY_BYTES = 512 << 10
+
+
+def clamp_pays(plan: GatherPlan, indices: jax.Array, dtype: Any) -> bool:
+    """Whether the indices of a promise are clamped as well as normalised.
+
+    The clamp saves the gather's own (the docstring of working_indices) but costs two flops per
+    index component, which XLA counts: they can take a program jnp's normalisation keeps under
+    _INLINE_FLOPS over it, to a worker thread (tens of microseconds), and an element gather of
+    narrow data past one flop per byte, which XLA splits into a task per core. So it is taken
+    only where neither can happen: at least _SPLIT_ANYWAY_BYTES of output and too many
+    components for jnp's program to stay on the calling thread."""
+    n, out = indices.size, math.prod(plan.output_shape)
+    if not isinstance(n, int) or not isinstance(out, int):
+        return True
+    big = out * np.dtype(dtype).itemsize >= _SPLIT_ANYWAY_BYTES
+    return big and _UNCLAMPED_FLOPS * n >= _INLINE_FLOPS
 
 
 def _normalised_unclamped(plan: GatherPlan, indices: jax.Array, target: Any) -> jax.Array:
@@ -352,10 +365,10 @@ def _normalised_unclamped(plan: GatherPlan, indices: jax.Array, target: Any) -> 
 
 
 def index_vectors(
-    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, promised: bool = False
+    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, unclamped: bool = False
 ) -> jax.Array:
     """``working_indices`` with the index-vector dim the gather expects."""
-    idx = working_indices(plan, indices, clip, past_end, promised)
+    idx = working_indices(plan, indices, clip, past_end, unclamped)
     return idx if plan.tuple_indices else idx[..., None]
 
 

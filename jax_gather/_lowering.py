@@ -30,7 +30,8 @@ def gather(
     low = _cpu.lowering(plan, data.shape, data.dtype)
     if in_range:
         return _gather(data, _bounds.in_range_vectors(plan, indices), plan, low)
-    return _gather(data, _bounds.index_vectors(plan, indices, clip=clip, promised=not clip), plan, low)
+    unclamped = not clip and not _bounds.clamp_pays(plan, indices, data.dtype)
+    return _gather(data, _bounds.index_vectors(plan, indices, clip=clip, unclamped=unclamped), plan, low)
 
 
 def gather_or_fill(

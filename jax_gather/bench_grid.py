@@ -34,7 +34,7 @@ MODES = ("checked", "promise_in_bounds")
 QUICK_WIDTHS, QUICK_COUNTS, QUICK_DTYPES = (1, 16, 64, 1024), (16, 129, 1024, 8192), ("float32", "int8")
 # Cells whose output or data would pass this many bytes are left out (the machine's memory, and
 # a grid that ends in an hour).
-MAX_BYTES = 256 << 20
+MAX_BYTES = 128 << 20
 # No onnxruntime in the grid, whose threads spin after a run: a short settle suffices.
 SETTLE_S = 0.003
 # A cell is called slower than jnp only past the A/A band and at least this far above 1.0.

@@ -24,7 +24,7 @@ import pytest
 from jax import lax
 
 import jax_gather
-from jax_gather import _cpu, _eager, _lowering, plans
+from jax_gather import _bounds, _cpu, _eager, _lowering, plans
 from tests.compat import enable_x64
 
 CPU = jax.devices("cpu")[0]
@@ -395,3 +395,28 @@ def test_a_promise_of_few_indices_runs_where_jnps_does(n, op):
     np.testing.assert_array_equal(
         np.asarray(jax.jit(ours)(data, ids)), np.asarray(jax.jit(theirs)(data, ids))
     )
+
+
+def _split_into_tasks(fn, *args) -> bool:
+    return "outer_dimension_partitions" in _compiled_text(fn, *args)
+
+
+def test_a_promise_of_a_small_element_gather_is_not_split_into_tasks():
+    # Why the clamp is left out below _bounds._SPLIT_ANYWAY_BYTES of output: its two flops per
+    # component take an int8 element gather past one flop per byte, and XLA:CPU splits such a
+    # loop into a task per core (what jnp's program of the same gather is not).
+    data, tuples = np.zeros((64, 64), np.int8), make_tuples(8192)
+    plan = plans.gather_nd_plan(data.shape, tuples.shape)
+    clamped = lambda d, i: _lowering.direct(d, _bounds.index_vectors(plan, i, clip=False), plan)
+    ours = lambda d, i: jax_gather.gather_nd(d, i, mode="promise_in_bounds")
+    theirs = lambda d, i: d.at[i[:, 0], i[:, 1]].get(mode="promise_in_bounds")
+    assert _split_into_tasks(clamped, data, tuples), "XLA no longer splits the clamped loop"
+    assert not _split_into_tasks(ours, data, tuples) and not _split_into_tasks(theirs, data, tuples)
+    assert not _bounds.clamp_pays(plan, tuples, data.dtype)
+    assert _bounds.clamp_pays(
+        plans.gather_nd_plan((1024, 1024), (1 << 20, 2)), np.zeros((1 << 20, 2)), np.int8
+    )
+
+
+def make_tuples(n):
+    return (np.arange(2 * n, dtype=np.int32).reshape(n, 2) % 128) - 64
