@@ -76,6 +76,7 @@ SHORT_ROWS_MIN_BYTES = 256 << 10
 INLINE_FLOPS = 1000
 # The index arithmetic costs at most 7 flops per index component (int64 indices), so a row
 # lookup of this many components stays under INLINE_FLOPS once it has no select of the fill.
+_INDEX_FLOPS = 7
 SHORT_LOOKUP_INDICES = 128
 # A Gather along data's last axis reads each index once per row; from this many rows, writing
 # the indices out first pays (measured: 1.1x at 8 rows, 1.2-1.6x from 64, for 1- and 2-byte data).
@@ -200,9 +201,15 @@ def _choose(
     # Not for the narrow floats. Fact: XLA:CPU gathers bfloat16 as float32 and the float8 types as
     # float16, between two converts, which in the padded loop widen and round each element on its
     # own (bfloat16: measured slower than the select) and rewrite a NaN's payload (float8; the
-    # select is of the bits).
-    pads = one_device and not _narrow_float(dtype)
-    short_lookup = not elements and _index_components(plan) <= SHORT_LOOKUP_INDICES
+    # select is of the bits). Nor for sub-byte integers, which XLA:CPU converts to bytes over all
+    # of the padded data (flops XLA counts: a lookup of one row went to a worker thread).
+    pads = one_device and not _narrow_float(dtype) and not _sub_byte_integer(dtype)
+    # Only where the select would take the lookup over INLINE_FLOPS (one flop per output element,
+    # a few per index component); below, the select is as cheap, and XLA counts the padded data
+    # among the pad's bytes and splits its loop into a task per core (one row: 1.26x jnp's time).
+    components = _index_components(plan)
+    select_flops = math.prod(plan.output_shape) + _INDEX_FLOPS * components
+    short_lookup = not elements and components <= SHORT_LOOKUP_INDICES and select_flops >= INLINE_FLOPS
     batched_nd_elements = (
         elements and plan.tuple_indices and bool(plan.dimension_numbers.operand_batching_dims)
     )
@@ -213,6 +220,10 @@ def _choose(
     elif use("column_fill_from_pad", pads and columns):
         fill = _column_fill_from_pad
     return Lowering(forward, derivative, fill, frozenset(names))
+
+
+def _sub_byte_integer(dtype: np.dtype) -> bool:
+    return bool(jnp.issubdtype(dtype, jnp.integer)) and jnp.iinfo(dtype).bits < 8
 
 
 def _narrow_float(dtype: np.dtype) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -203,6 +204,8 @@ def run(
     rows = []
     for k, cell in enumerate(todo):
         bench._progress(k, len(todo), cell.name)
+        if k % 100 == 0 and not sys.stderr.isatty():  # a run of half an hour, logged to a file
+            print(f"grid: {k} of {len(todo)} cells", file=sys.stderr, flush=True)
         rows.append(run_cell(cell, rounds or (5 if quick else 7), settle))
     bench._progress(len(todo), len(todo), "done")
     return rows

@@ -171,6 +171,28 @@ def _backend(rows: int, cols: int, ids: int) -> Callable[[], Calls]:
     return make
 
 
+def _backend_against_jit(rows: int, cols: int, ids: int) -> Callable[[], Calls]:
+    """A prepared model's run against the same model as one jitted function (``to_jax``) called
+    with the same NumPy inputs and giving NumPy outputs: JAX's own floor for the model."""
+
+    def make() -> Calls:
+        import jax
+
+        from jax_gather import backend
+
+        model = lookup_model(rows, cols, ids)
+        rng = np.random.default_rng(5)
+        x = _numpy_aligned_16(rng.standard_normal((rows, cols), dtype=np.float32))
+        picked = _numpy_aligned_16(rng.integers(0, rows, ids))
+        within = _numpy_aligned_16(rng.integers(0, cols, (ids, cols)))
+        rep = backend.prepare(model)
+        jitted = jax.jit(backend.to_jax(model))
+        feeds = {"x": x, "ids": picked, "cols": within}
+        return (lambda: rep.run(feeds)), (lambda: [np.asarray(o) for o in jitted(x, picked, within)])
+
+    return make
+
+
 def _has_onnxruntime() -> bool:
     try:
         import onnx  # noqa: F401
@@ -180,7 +202,7 @@ def _has_onnxruntime() -> bool:
     return True
 
 
-EAGER, JITTED, BACKEND = 1.25, 1.10, 1.0
+EAGER, JITTED, BACKEND, BACKEND_JIT = 1.25, 1.10, 1.0, 1.3
 
 CASES = (
     OverheadCase("eager gather, checked", "jnp.take", EAGER, _eager_gather("checked", negative=False)),
@@ -202,6 +224,16 @@ CASES = (
     OverheadCase("jitted gather, clip", "jit jnp.take clip", JITTED, _jitted("clip")),
     OverheadCase("backend run, 100x16", "onnxruntime", BACKEND, _backend(100, 16, 32)),
     OverheadCase("backend run, 4096x256", "onnxruntime", BACKEND, _backend(4096, 256, 4096), quick=False),
+    OverheadCase(
+        "backend run vs jit, 100x16", "jit(to_jax(model))", BACKEND_JIT, _backend_against_jit(100, 16, 32)
+    ),
+    OverheadCase(
+        "backend run vs jit, 4096x256",
+        "jit(to_jax(model))",
+        BACKEND_JIT,
+        _backend_against_jit(4096, 256, 4096),
+        quick=False,
+    ),
 )
 
 
@@ -215,7 +247,7 @@ def run(
     """Measures every overhead case; one row of results each."""
     cases = [c for c in CASES if (c.quick or not quick) and (only is None or only in c.name)]
     if not _has_onnxruntime():
-        cases = [c for c in cases if c.peer != "onnxruntime"]
+        cases = [c for c in cases if c.peer != "onnxruntime" and not c.name.startswith("backend")]
     rounds = rounds or (7 if quick else 11)
     reps = reps or 25
     rows = []

@@ -55,7 +55,12 @@ SELECTIONS = [
     ((100, 32), np.int8, plans.gather_plan((100, 32), (2 * R,), 0), {ROWS}),
     ((100, 32), np.int8, plans.gather_plan((100, 32), (R,), 0), set()),  # 128 KiB
     # A short lookup's fill comes from a pad.
-    ((100, 32), np.int8, plans.gather_plan((100, 32), (7,), 0), {LOOKUP_PAD}),
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (30,), 0), {LOOKUP_PAD}),
+    # Not where the select keeps the lookup under INLINE_FLOPS anyway (224 + 7 * 7 flops).
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (7,), 0), set()),
+    ((100, 512), np.int8, plans.gather_plan((100, 512), (1,), 0), set()),
+    ((100, 512), np.int8, plans.gather_plan((100, 512), (2,), 0), {LOOKUP_PAD}),
+    ((100, 32), jnp.int4, plans.gather_plan((100, 32), (30,), 0), set()),  # converted to bytes
     ((100, 64), np.float32, plans.gather_plan((100, 64), (S,), 0), {LOOKUP_PAD}),
     ((100, 32), np.bool_, plans.gather_plan((100, 32), (S + 1,), 0), set()),  # no bitcast
     ((100, 32), np.complex64, plans.gather_plan((100, 32), (S + 1,), 0), set()),
