@@ -175,12 +175,9 @@ def choices() -> list[Choice]:
                 "promise_in_bounds",
                 ("columns_by_written_indices",),
             )
-            for dt in ("", " bfloat16", " int8")
+            for dt in (" bfloat16", " int8")  # 1- and 2-byte data only
         ),
-        *(
-            Choice("column_fill_from_pad", f"gather axis 1{dt}", "default mode", ("column_fill_from_pad",))
-            for dt in ("", " int8")
-        ),
+        Choice("column_fill_from_pad", "gather axis 1 int8", "default mode", ("column_fill_from_pad",)),
         Choice(
             "batched_nd_fill_from_pad",
             "gather_nd batch_dims=1 scalars",

@@ -182,9 +182,11 @@ def _choose(
         forward = functools.partial(_rows_in_units, unit=jnp.uint4 if dtype.itemsize == 1 else jnp.uint8)
 
     # Not for a short lookup: the reduce-window's flops would send it over INLINE_FLOPS. On one
-    # device, the only place it was measured.
+    # device, the only place it was measured. For 1- and 2-byte data only: with 4 bytes and more
+    # an element is read in the time of its index (float32 on an AMD EPYC with AVX-512: 0.85-1.06
+    # without / with, 0.79-0.84 with the padded fill, where int8 gained 1.07-1.21).
     columns = _reads_columns(shape, plan) and one_device and _index_components(plan) > SHORT_LOOKUP_INDICES
-    columns = columns and xla_widens_column_indices()  # a fact of some CPUs only: checked here
+    columns = columns and dtype.itemsize <= 2 and xla_widens_column_indices()  # a CPU's fact: asked
     if use("columns_by_written_indices", columns):
         forward = _columns_by_written_indices
 

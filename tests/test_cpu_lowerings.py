@@ -69,7 +69,8 @@ SELECTIONS = [
     # Gather off the leading axis: its derivative takes rows of the moved axis. Along the last
     # axis, from COLUMN_ROWS rows, it reads written-out indices and its fill from a pad, where
     # the CPU's fact holds.
-    ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
+    ((100, 32), np.float16, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
+    ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),  # 4 bytes: no gain
     ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED, *COLUMN_PAIR}),
     ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), {MOVED}),
     ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
@@ -224,7 +225,8 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
         COLUMN_PAD: ((20, 300), make_wild_indices((200,), 300, np.int32, 7),
                      lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
     }[name]  # fmt: skip
-    data = rng.standard_normal(data).astype(np.float32)
+    dtype = np.float16 if name in (COLUMNS, COLUMN_PAD) else np.float32  # columns of 1-2 bytes
+    data = rng.standard_normal(data).astype(dtype)
     text = lambda: jax.jit(fn).lower(data, indices).as_text()
     chosen, out = text(), np.asarray(jax.jit(fn)(data, indices))
     with _cpu.without(name):
@@ -335,7 +337,7 @@ def test_columns_are_bit_exact_in_every_mode(dtype, jit, columns_on_any_cpu):
         data = random_bits(np.random.default_rng(0), dtype, (2, ROWS_PER_INDEX // 2, 40))
         indices = make_wild_indices((3, S // 2), 40, np.int64 if wide else np.int32, seed=1)
         plan = plans.gather_plan(data.shape, indices.shape, 2)
-        assert (COLUMNS in _cpu.lowering(plan, data.shape, data.dtype).names) == ON
+        assert (COLUMNS in _cpu.lowering(plan, data.shape, data.dtype).names) == (ON and data.itemsize <= 2)
         in_bounds = np.clip(indices, -40, 39)
         for mode, i, expected in [
             ("clip", indices, reference.gather(data, indices, 2, mode="clip")),
@@ -352,20 +354,20 @@ def test_columns_are_bit_exact_in_every_mode(dtype, jit, columns_on_any_cpu):
 def test_columns_read_every_index_dtype(index_dtype, mode, columns_on_any_cpu):
     # Jitted, so "checked" gives the "fill" result for out-of-bounds indices (checkify aside).
     with enable_x64(np.dtype(index_dtype).itemsize == 8):
-        data = np.arange(ROWS_PER_INDEX * 300, dtype=np.float32).reshape(ROWS_PER_INDEX, 300)
+        data = np.arange(ROWS_PER_INDEX * 300, dtype=np.int16).reshape(ROWS_PER_INDEX, 300)
         if index_dtype == np.uint64:  # past int64 too
             indices = make_wild_indices((S + 1,), 300, np.uint32, seed=2).astype(np.uint64)
             indices[:3] = 2**64 - 1, 2**63, 2**63 - 1
         else:
             indices = make_wild_indices((S + 1,), 300, index_dtype, seed=2)
-        out = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode=mode, fill_value=-1.0))(data, indices)
+        out = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode=mode, fill_value=-1))(data, indices)
         ref_mode = "clip" if mode == "clip" else "fill"
-        _assert_same_bits(out, reference.gather(data, indices, 1, mode=ref_mode, fill=-1.0))
+        _assert_same_bits(out, reference.gather(data, indices, 1, mode=ref_mode, fill=-1))
 
 
 def test_columns_under_vmap_and_checkify(columns_on_any_cpu):
     rng = np.random.default_rng(3)
-    data = rng.standard_normal((3, ROWS_PER_INDEX, 50)).astype(np.float32)
+    data = rng.standard_normal((3, ROWS_PER_INDEX, 50)).astype(np.float16)
     indices = make_indices((3, S + 1), 50, np.int32, seed=4)
     fn = lambda d, i: jax_gather.gather(d, i, 1)
     per_example = np.stack([reference.gather(data[b], indices[b], 1) for b in range(3)])
@@ -390,7 +392,7 @@ def test_columns_inside_shard_map_on_this_one_device(mode, columns_on_any_cpu):
     from tests.sharding_cases import _shard_map
 
     mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
-    data = np.arange(ROWS_PER_INDEX * 40, dtype=np.float32).reshape(ROWS_PER_INDEX, 40)
+    data = np.arange(ROWS_PER_INDEX * 40, dtype=np.float16).reshape(ROWS_PER_INDEX, 40)
     indices = make_indices((S + 1,), 40, np.int32, seed=5)
     x, whole = PartitionSpec("x"), PartitionSpec()
     for specs, out_spec in [((x, whole), x), ((whole, x), PartitionSpec(None, "x")), ((x, x), x)]:
