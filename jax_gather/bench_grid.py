@@ -272,7 +272,7 @@ def plot(rows: Sequence[dict[str, Any]], prefix: str) -> list[str]:
             if a == len(ops) - 1:
                 ax.set_xlabel("index count", fontsize=7)
         fig.suptitle(f"jax_gather / jnp, jitted, mode {mode} (red: slower; boxed: past the A/A band)")
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 0.98))
         path = f"{prefix}-{mode}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
