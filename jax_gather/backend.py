@@ -660,8 +660,10 @@ def _feeds(graph: _Graph, inputs: Any) -> dict[str, np.ndarray]:
 
 def _check_shape(name: str, shape: tuple[int, ...], declared: tuple[int | None, ...] | None) -> None:
     """A feed against its input's declared fixed dims and rank, as onnxruntime checks them."""
-    if declared is None:
-        return
+    if declared is None or (
+        len(shape) == len(declared) and all(f is None or f == d for d, f in zip(shape, declared))
+    ):
+        return  # on every run: the message only where it is due
     shown = "[" + ", ".join("?" if d is None else str(d) for d in declared) + "]"
     if len(shape) != len(declared):
         raise fail(
