@@ -20,6 +20,7 @@ from jax import export, lax
 
 from jax_gather._check_primitive import check_indices
 from jax_gather._checks import fail
+from jax_gather._cpu import INLINE_FLOPS
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
 
@@ -325,13 +326,9 @@ def working_indices(
     return lax.bitcast_convert_type(in_range, target)
 
 
-# A program of fewer flops than this (by XLA's cost analysis) runs on the calling thread; any
-# other is handed to a worker thread (jax_gather._cpu.INLINE_FLOPS says why it matters).
-_INLINE_FLOPS = 1000
-# What normalising one index component costs there: with the clamp above, five flops (two
-# bitcasts, an add, two minimums); without it, three (a shift, an and, an add), as jnp's own
-# normalisation of negative indices (a compare, an add, a select).
-_UNCLAMPED_FLOPS, _CLAMPED_FLOPS = 3, 5
+# What XLA counts for normalising one index component without the clamp (a shift, an and, an
+# add), as for jnp's own normalisation (a compare, an add, a select); with it, five.
+_UNCLAMPED_FLOPS = 3
 
 
 # XLA:CPU splits a loop whose flops exceed its bytes into a task per core (its parallel task
@@ -344,7 +341,7 @@ def clamp_pays(plan: GatherPlan, indices: jax.Array, dtype: Any) -> bool:
 
     The clamp saves the gather's own (the docstring of working_indices) but costs two flops per
     index component, which XLA counts: they can take a program jnp's normalisation keeps under
-    _INLINE_FLOPS over it, to a worker thread (tens of microseconds), and an element gather of
+    INLINE_FLOPS over it, to a worker thread (tens of microseconds), and an element gather of
     narrow data past one flop per byte, which XLA splits into a task per core. So it is taken
     only where neither can happen: at least _SPLIT_ANYWAY_BYTES of output and too many
     components for jnp's program to stay on the calling thread."""
@@ -352,7 +349,7 @@ def clamp_pays(plan: GatherPlan, indices: jax.Array, dtype: Any) -> bool:
     if not isinstance(n, int) or not isinstance(out, int):
         return True
     big = out * np.dtype(dtype).itemsize >= _SPLIT_ANYWAY_BYTES
-    return big and _UNCLAMPED_FLOPS * n >= _INLINE_FLOPS
+    return big and _UNCLAMPED_FLOPS * n >= INLINE_FLOPS
 
 
 def _normalised_unclamped(plan: GatherPlan, indices: jax.Array, target: Any) -> jax.Array:
