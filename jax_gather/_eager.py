@@ -138,17 +138,25 @@ def make_call(plan: GatherPlan, mode: str, programs: Callable[[str], Call], indi
             if verdict == _bounds.IN_BOUNDS:
                 return programs("promise_in_bounds")(data, _narrowed(indices))
         elif not test(host):
-            # NumPy indices are transferred anyway; a JAX array's would be a new transfer.
-            moved = _bounds.normalised_on_host(plan, host) if numpy else None
+            # Normalised here even where that makes a JAX array's indices a new transfer (a
+            # few microseconds; not where a transfer guard refuses it): the program that
+            # normalises them counts 3 flops an index, which sends one of more than 333
+            # indices to JAX's worker thread.
+            moved = _bounds.normalised_on_host(plan, host) if numpy or _transfers_allowed() else None
             if moved is None:
                 _bounds.raise_if_out_of_bounds(plan, host)
                 return programs("promise_in_bounds")(data, _narrowed(indices))
-            indices = moved
+            indices, numpy = moved, True
         if numpy:
             indices = _narrowed(indices) if narrow else aligned_for_cpu(indices)
         return in_range(data, indices)
 
     return checked
+
+
+def _transfers_allowed() -> bool:
+    """Whether an implicit host-to-device transfer is allowed here (no transfer guard set)."""
+    return jax.config.jax_transfer_guard_host_to_device in (None, "allow")  # type: ignore[attr-defined]
 
 
 def _checked_on_device(plan: GatherPlan, programs: Callable[[str], Call], data: Any, indices: Any) -> Any:
@@ -194,6 +202,26 @@ def aligned_for_cpu(array: np.ndarray, to_cpu: bool | None = None) -> np.ndarray
     copy = buffer[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
     np.copyto(copy, array)
     return copy
+
+
+def narrowed_for_cpu(indices: np.ndarray, plan: GatherPlan) -> np.ndarray | None:
+    """Host indices proven in [0, s-1], as an int32 copy aligned for JAX's CPU client, where
+    that pays: 64-bit ones that the client would copy on a worker thread (not aligned to
+    ``CPU_ALIGNMENT``, of ``CPU_COPIED_INLINE`` bytes or more) into axes int32 addresses;
+    else None. Fact: with 2**20 unaligned int64 indices into 256 columns, the client's copy
+    made a program 0.7 ms slower, where this conversion took 0.2 ms and halved what the
+    gather reads."""
+    if indices.dtype.itemsize != 8 or indices.nbytes < CPU_COPIED_INLINE:
+        return None
+    if indices.flags.c_contiguous and indices.ctypes.data % CPU_ALIGNMENT == 0:
+        return None  # read in place
+    if max(plan.index_sizes) > _bounds.INT32_MAX:
+        return None
+    buffer = np.empty(indices.size * 4 + CPU_ALIGNMENT, np.uint8)
+    start = -buffer.ctypes.data % CPU_ALIGNMENT
+    narrow = buffer[start : start + indices.size * 4].view(np.int32).reshape(indices.shape)
+    np.copyto(narrow, indices, casting="unsafe")  # exact: every index is in [0, s-1]
+    return narrow
 
 
 def _to_cpu() -> bool:

@@ -110,6 +110,7 @@ class JaxGatherRep(BackendRep):
         self._graph = graph
         self._device = device
         self._program = _Program(graph, device) if _Program.can_run(graph) else None
+        self._copied = _passed_through(graph)
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -126,9 +127,10 @@ class JaxGatherRep(BackendRep):
         The graph runs as one jitted program (compiled once per shape of the inputs, and once
         more where large index inputs hold negatives), after a bounds test of every index input
         on the host; a node whose indices the graph computes is tested in the program, and one
-        flag comes back. Out-of-bounds indices raise
-        ``IndexError`` naming the node, as ONNX says. Graphs with string tensors run node by
-        node (strings are gathered on the host).
+        flag comes back. Out-of-bounds indices raise ``IndexError`` naming the node, as ONNX
+        says. The inputs of a signature (shapes and dtypes) are validated on its first run;
+        later runs of it test only the indices. Graphs with string tensors run node by node
+        (strings are gathered on the host).
 
         Args:
           inputs: a list or tuple of arrays in the order of :attr:`input_names`, a dict by
@@ -137,15 +139,22 @@ class JaxGatherRep(BackendRep):
             may be NumPy ``str``, ``bytes`` or ``object`` arrays.
 
         Returns:
-          The outputs, in graph order, as NumPy arrays (strings as object arrays).
+          The outputs, in graph order, as NumPy arrays (strings as object arrays). Those the
+          graph computes are read-only views of JAX's buffers, with no copy on a CPU
+          (``np.array(out)`` for one to write); an output that is an input or initializer
+          (through Identity nodes) is a copy.
         """
+        if self._program is not None and not kwargs:
+            known = self._program.run_known(inputs)
+            if known is not None:
+                return known
         _no_options("run", kwargs)
         feeds = _feeds(self._graph, inputs)
         with x64_enabled(), jax.default_device(self._device):
-            outputs = self._program.run(feeds) if self._program is not None else None
+            outputs = self._program.run(feeds, inputs) if self._program is not None else None
             if outputs is None:
                 outputs = _evaluate(self._graph, feeds)
-            return [np.array(value) for value in outputs]
+            return _numpy_outputs(outputs, self._copied)
 
 
 def prepare(model: Any, device: str = "CPU", **kwargs: Any) -> JaxGatherRep:
@@ -718,6 +727,12 @@ class _Step(NamedTuple):
     in_range: Callable[[np.ndarray], bool] | None  # the host test of those indices
 
 
+# Where a gather node of a program reads its indices (the program's static ``taken``): the
+# position of a source, ``_COMPUTED`` (the graph computes them: tested in the program), or
+# ``_NORMALISED`` (the next of the arrays the host normalised).
+_COMPUTED, _NORMALISED = -1, -2
+
+
 class _Program:
     """A checked graph as one jitted program: ``run(feeds)`` gives the outputs as JAX arrays,
     or None where the graph must run node by node to raise its error.
@@ -728,19 +743,25 @@ class _Program:
     gathered as they are, the rest normalised); indices that nodes compute are tested in the
     program, which returns one flag for all of them. Any failure, of a test or of a plan,
     sends the run node by node (``_evaluate``), which raises the op's error naming the node.
-    """
 
-    _IN_PROGRAM = "checked in the program"
+    A signature of NumPy inputs that ran with every index in [0, s-1] is remembered with its
+    run (:meth:`run_known`): later runs of it test the index inputs and call the program.
+    """
 
     def __init__(self, graph: _Graph, device: jax.Device) -> None:
         self._graph = graph
         self._device = device
+        self._on_cpu = device.platform == "cpu"
         # What the program takes: the graph inputs, then the constants (a run may feed those
         # initializers that the graph also lists as inputs).
         self._sources = graph.inputs + tuple(graph.constants)
         self._constants: dict[str, jax.Array] | None = None
         self._steps: dict[tuple, tuple[_Step, ...] | None] = {}
-        self._jitted = jax.jit(self._trace, static_argnames="modes")
+        self._jitted = jax.jit(self._trace, static_argnames=("modes", "taken"))
+        self._known: dict[tuple, tuple[_Step, ...]] = {}  # fed signatures that ran
+        self._host_constants = tuple(graph.constants.values())
+        self._inputs_fed = (True,) * len(graph.inputs) + (False,) * len(graph.constants)
+        self._copied = _passed_through(graph)
 
     @staticmethod
     def can_run(graph: _Graph) -> bool:
@@ -748,44 +769,111 @@ class _Program:
         strings = any(t == TensorProto.STRING for t in graph.input_types.values())
         return not strings and not any(_strings.is_string_dtype(c.dtype) for c in graph.constants.values())
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> tuple[jax.Array, ...] | None:
-        if self._constants is None:  # on the device once, not on every run
-            self._constants = {k: jax.device_put(v, self._device) for k, v in self._graph.constants.items()}
-        constants, on_cpu = self._graph.constants, self._device.platform == "cpu"
-        values = tuple(
-            _eager.aligned_for_cpu(feeds[n], on_cpu) if n in feeds else self._constants[n]
-            for n in self._sources
-        )
-        steps = self._plan(tuple((v.shape, v.dtype) for v in values))
+    def run_known(self, inputs: Any) -> list[np.ndarray] | None:
+        """The outputs for ``inputs`` as ``run`` gives them, where they are NumPy arrays of a
+        signature (shapes and dtypes) that :meth:`run` has run; else None, for the full path.
+        Nothing is validated again: the signature was, and only the values can differ."""
+        names = self._graph.inputs
+        if type(inputs) is dict:
+            if len(inputs) != len(names):
+                return None
+            try:
+                values = tuple(inputs[name] for name in names)
+            except KeyError:
+                return None
+        elif type(inputs) is list or type(inputs) is tuple:
+            values = tuple(inputs)
+        elif type(inputs) is np.ndarray:
+            values = (inputs,)
+        else:
+            return None
+        for value in values:
+            if type(value) is not np.ndarray:
+                return None
+        steps = self._known.get(tuple((value.shape, value.dtype) for value in values))
         if steps is None:
             return None
-        modes, normalised = [], []
-        placed = dict(zip(self._sources, values))
+        assert self._constants is not None
+        with x64_enabled(), jax.default_device(self._device):
+            outputs = self._execute(values + self._host_constants, self._inputs_fed, steps)
+        return None if outputs is None else _numpy_outputs(outputs, self._copied)
+
+    def run(self, feeds: Mapping[str, np.ndarray], inputs: Any = None) -> tuple[jax.Array, ...] | None:
+        """The outputs, or None where the graph must run node by node; ``inputs``, as the
+        caller gave them, where their signature may be remembered for :meth:`run_known`."""
+        if self._constants is None:  # on the device once, not on every run
+            self._constants = {k: jax.device_put(v, self._device) for k, v in self._graph.constants.items()}
+        host = tuple(feeds[n] if n in feeds else self._graph.constants[n] for n in self._sources)
+        steps = self._plan(tuple((v.shape, v.dtype) for v in host))
+        if steps is None:
+            return None
+        outputs = self._execute(host, tuple(n in feeds for n in self._sources), steps)
+        if outputs is not None and inputs is not None and self._fed_as_given(inputs, feeds):
+            if len(self._known) >= 64:
+                self._known.clear()
+            self._known[tuple((feeds[n].shape, feeds[n].dtype) for n in self._graph.inputs)] = steps
+        return outputs
+
+    def _fed_as_given(self, inputs: Any, feeds: Mapping[str, np.ndarray]) -> bool:
+        """Whether ``inputs`` were the graph inputs alone, NumPy arrays fed as they are (native
+        byte order, the declared dtypes): what :meth:`run_known` can take."""
+        names = self._graph.inputs
+        if isinstance(inputs, Mapping):
+            if len(inputs) != len(names):
+                return False  # initializers fed too
+            given = [inputs[name] for name in names]
+        else:
+            given = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        return all(type(v) is np.ndarray and v is feeds[n] for n, v in zip(names, given))
+
+    def _execute(
+        self, host: tuple, fed: tuple[bool, ...], steps: tuple[_Step, ...]
+    ) -> tuple[jax.Array, ...] | None:
+        """The program on ``host`` (a NumPy array per source, ``fed`` where the run feeds it,
+        else the model's constant), or None where an index is out of bounds.
+
+        Each gather node whose indices are a source has them tested here, as eager calls
+        test theirs (jax_gather._eager): in one pass where every index is in [0, s-1], then
+        gathered as they are; small ones with negatives normalised here, larger ones after a
+        minimum and a maximum judge them, in the program. Fed indices are the program's
+        arguments of their own, so that a run with negatives and one without share a
+        program; indices the graph computes are tested in the program (one flag comes back).
+        """
+        assert self._constants is not None
+        on_cpu = self._on_cpu
+        values = tuple(
+            _eager.aligned_for_cpu(v, on_cpu) if is_fed else self._constants[n]
+            for n, v, is_fed in zip(self._sources, host, fed)
+        )
+        modes, taken, extra = [], [], []
         for plan, source, in_range in steps:
-            mode, replacement = self._IN_PROGRAM, None
-            if source is not None and in_range is not None:
-                # As eager calls test them (jax_gather._eager): small ones in one pass, and
-                # normalised here where they hold negatives; larger ones by a minimum and a
-                # maximum, and normalised in the program where they hold negatives. Passed to
-                # the program as its own argument either way, so that only the modes decide
-                # which programs there are.
-                indices = feeds[source] if source in feeds else constants[source]
-                mode, replacement = "in_range", placed[source]
-                if indices.size > _eager.SMALL_HOST_INDICES:
-                    verdict = _bounds.judge_on_host(plan, indices)
-                    if verdict == _bounds.OUT_OF_BOUNDS:
-                        return None
-                    if verdict == _bounds.IN_BOUNDS:
-                        mode = "promise_in_bounds"
-                elif not in_range(indices):
-                    replacement = _bounds.normalised_on_host(plan, indices)
-                    if replacement is None:
-                        return None  # out of bounds
-                    replacement = _eager.aligned_for_cpu(replacement, on_cpu)
+            if source is None or in_range is None:
+                modes.append("checked")  # tested in the program
+                taken.append(_COMPUTED)
+                continue
+            position = self._sources.index(source)
+            indices = host[position]
+            is_fed = fed[position]
+            mode, given = "in_range", indices
+            if in_range(indices):
+                narrow = _eager.narrowed_for_cpu(indices, plan) if on_cpu and is_fed else None
+                given = indices if narrow is None else narrow
+            elif indices.size > _eager.SMALL_HOST_INDICES:
+                if _bounds.judge_on_host(plan, indices) == _bounds.OUT_OF_BOUNDS:
+                    return None
+                mode = "promise_in_bounds"
+            else:
+                given = _bounds.normalised_on_host(plan, indices)
+                if given is None:
+                    return None  # out of bounds
             modes.append(mode)
-            normalised.append(replacement)
+            if given is indices and not is_fed:
+                taken.append(position)  # a constant in [0, s-1]: on the device already
+            else:
+                taken.append(_NORMALISED)
+                extra.append(_eager.aligned_for_cpu(given, on_cpu))
         try:
-            outputs, ok = self._jitted(values, tuple(normalised), modes=tuple(modes))
+            outputs, ok = self._jitted(values, tuple(extra), modes=tuple(modes), taken=tuple(taken))
         except (IndexError, TypeError, ValueError):
             return None  # raised while tracing (computed indices into an empty axis, say)
         if ok is not None and not bool(ok):  # the one value read back before the outputs
@@ -831,27 +919,47 @@ class _Program:
         return result
 
     def _trace(
-        self, values: tuple, normalised: tuple, *, modes: tuple[str, ...]
+        self, values: tuple, normalised: tuple, *, modes: tuple[str, ...], taken: tuple[int, ...]
     ) -> tuple[tuple[jax.Array, ...], Any]:
-        """The graph on ``values`` (one per source); a gather node's indices are its entry of
-        ``normalised`` where that is not None (indices tested on the host)."""
+        """The graph on ``values`` (one per source); each gather node's indices, its ``mode``
+        and where they are taken from (``taken``) as :meth:`run` decided."""
         env = dict(zip(self._sources, values))
         flags = []
-        step = iter(zip(modes, normalised))
+        steps = iter(zip(modes, taken))
+        extra = iter(normalised)
         for node in self._graph.nodes:
             if node.op_type == "Identity":
                 env[node.output] = env[node.inputs[0]]
                 continue
-            mode, replacement = next(step)
+            mode, where = next(steps)
             data = env[node.inputs[0]]
-            indices = env[node.inputs[1]] if replacement is None else replacement
+            if where == _COMPUTED:
+                indices = env[node.inputs[1]]
+            else:
+                indices = next(extra) if where == _NORMALISED else values[where]
             plan = _PLANS[node.op_type](data.shape, indices.shape, node.attribute)
-            if mode == self._IN_PROGRAM:
+            if mode == "checked":
                 flags.append(jnp.all(_bounds.in_bounds(plan, indices)))
                 mode = "promise_in_bounds"
             env[node.output] = ops._apply(data, indices, None, plan=plan, mode=mode)
         ok = jnp.all(jnp.stack(flags)) if flags else None
         return tuple(env[name] for name in self._graph.outputs), ok
+
+
+def _passed_through(graph: _Graph) -> tuple[bool, ...]:
+    """For each output, whether it is a graph input or constant (through Identity nodes): a
+    view of it would be the caller's array, or the model's."""
+    sources = set(graph.input_types) | set(graph.constants)
+    for node in graph.nodes:
+        if node.op_type == "Identity" and node.inputs[0] in sources:
+            sources.add(node.output)
+    return tuple(name in sources for name in graph.outputs)
+
+
+def _numpy_outputs(outputs: Any, copied: tuple[bool, ...]) -> list[np.ndarray]:
+    """The outputs as NumPy arrays: views of JAX's buffers (no copy on a CPU), read-only, and
+    copies of those that are the caller's or the model's own arrays."""
+    return [np.array(o) if copy else np.asarray(o) for o, copy in zip(outputs, copied)]
 
 
 def _in_node(error: Exception, node: _Node) -> Exception:

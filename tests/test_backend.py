@@ -461,8 +461,8 @@ from jax_gather import backend
 from tests.test_backend import _gather_model
 seen = []
 run = backend._Program.run
-def spy(self, feeds):
-    outputs = run(self, feeds)
+def spy(self, feeds, *rest):
+    outputs = run(self, feeds, *rest)
     seen.append(sorted(d.id for d in outputs[0].devices()))
     return outputs
 backend._Program.run = spy
@@ -816,3 +816,72 @@ def test_an_opset_the_installed_onnx_does_not_define_is_refused():
     with pytest.raises(Exception, match="opset"):
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(backend.run_node(node, inputs, opset_version=newest)[0], [0.0])
+
+
+def _misaligned(array, offset=16):
+    """A copy of ``array`` whose data starts ``offset`` bytes past a 64-byte boundary (JAX's
+    CPU client copies such an array, and aliases an aligned one)."""
+    buffer = np.empty(array.nbytes + 128, np.uint8)
+    start = -buffer.ctypes.data % 64 + offset
+    copy = buffer[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(copy, array)
+    return copy
+
+
+def test_a_remembered_signature_is_not_validated_again_but_every_run_is_judged(monkeypatch):
+    b = GraphBuilder()
+    table = b.tensor(np.arange(20, dtype=np.float32).reshape(5, 4), "input")
+    ids = b.tensor(np.array([0, 4, 2]), "input")
+    out = b.node("Gather", [table, ids])
+    rep = backend.prepare(b.model([out], 13))
+    data = b.feeds[table]
+    _assert_outputs(rep.run(b.feeds), [data[[0, 4, 2]]])
+    validated = []
+    real_feeds = backend._feeds
+    monkeypatch.setattr(backend, "_feeds", lambda *args: validated.append(1) or real_feeds(*args))
+    for picked in ([1, 1, 3], [-1, 0, -5], [4, 3, 2]):  # in range, negatives, in range again
+        _assert_outputs(rep.run({table: data, ids: np.array(picked)}), [data[picked]])
+    assert validated == []  # a signature that ran is valid: its later runs skip the checks
+    with pytest.raises(
+        IndexError, match=re.escape(f"Gather node 'n_{out}': indices[1] = 5 is out of bounds")
+    ):
+        rep.run([data, np.array([0, 5, 1])])
+    with pytest.raises(TypeError, match=re.escape("must be tensor(int64)")):
+        rep.run([data, np.array([0, 1, 2], np.int32)])  # another signature: validated in full
+    assert len(validated) == 2
+
+
+def test_run_gives_read_only_views_of_what_it_computes_and_copies_of_what_it_passes_through():
+    b = GraphBuilder()
+    table = b.tensor(np.arange(6, dtype=np.float32).reshape(3, 2), "input")
+    ids = b.tensor(np.array([2, 0]), "input")
+    rep = backend.prepare(b.model([b.node("Gather", [table, ids]), b.node("Identity", [ids])], 13))
+    for _ in range(2):  # the first run of a signature, and a remembered one
+        rows, passed = rep.run(b.feeds)
+        with pytest.raises(ValueError, match="read-only"):
+            rows[0, 0] = -1.0
+        passed[0] = -1  # the caller's own values: a copy that is theirs to write
+        np.testing.assert_array_equal(b.feeds[ids], [2, 0])
+        np.testing.assert_array_equal(rows, [[4.0, 5.0], [0.0, 1.0]])
+
+
+@pytest.mark.parametrize("offset", [0, 16])  # aligned: read in place; not: narrowed to int32
+def test_large_int64_index_inputs_are_judged_and_gathered_exactly_in_either_alignment(offset):
+    rng = np.random.default_rng(offset)
+    b = GraphBuilder()
+    table = b.tensor(rng.standard_normal((40, 512)).astype(np.float32), "input")
+    cols = b.tensor(_misaligned(rng.integers(0, 512, (40, 512)), offset), "input")  # 160 KiB
+    out = b.node("GatherElements", [table, cols], axis=1)
+    rep = backend.prepare(b.model([out], 13))
+    data, columns = b.feeds[table], b.feeds[cols]
+    for _ in range(2):
+        _assert_outputs(rep.run(b.feeds), [np.take_along_axis(data, columns, axis=1)])
+    negative = _misaligned(columns - 512, offset)
+    _assert_outputs(rep.run([data, negative]), [np.take_along_axis(data, columns, axis=1)])
+    bad = columns.copy()
+    bad[7, 300] = 512
+    with pytest.raises(
+        IndexError, match=re.escape(f"GatherElements node 'n_{out}': indices[7, 300] = 512 is out of bounds")
+    ):
+        rep.run([data, _misaligned(bad, offset)])
+    _assert_outputs(rep.run(b.feeds), [np.take_along_axis(data, columns, axis=1)])

@@ -170,6 +170,24 @@ def test_negative_numpy_indices_either_side_of_the_host_normalisation(size):
     np.testing.assert_array_equal(ids, before)  # normalised into a new array
 
 
+def test_negative_indices_of_a_cpu_array_are_normalised_on_the_host_unless_transfers_are_guarded():
+    # Normalised on the host, they reuse the program of indices in [0, s-1] (no flops: run on
+    # the calling thread); under a transfer guard the program normalises them, as jnp's would.
+    data = jnp.asarray(make_data((1000, 4), np.float32, 0))
+    ids = np.random.default_rng(0).integers(-1000, 1000, 2000)
+    expected = reference.gather(np.asarray(data), ids, 0)
+    np.testing.assert_array_equal(
+        jax_gather.gather(data, jnp.asarray(ids % 1000)), np.asarray(data)[ids % 1000]
+    )
+    with counting_compiles() as count:
+        np.testing.assert_array_equal(jax_gather.gather(data, jnp.asarray(ids)), expected)
+    assert count[0] == 0
+    on_device = jnp.asarray(ids)
+    with jax.transfer_guard_host_to_device("disallow"), counting_compiles() as count:
+        np.testing.assert_array_equal(jax_gather.gather(data, on_device), expected)
+    assert count[0] >= 1  # the normalising program
+
+
 def test_in_range_indices_are_gathered_with_no_index_arithmetic():
     # Why the checked mode's eager program runs on the calling thread: XLA counts no flops in it
     # (JAX's CPU client inlines programs under _cpu.INLINE_FLOPS; test_cpu_facts checks that).
