@@ -152,10 +152,55 @@ def test_checked_eager_raises_index_error_naming_the_first_offender(name):
 
 
 @pytest.mark.parametrize("name", OOB_CASES)
-def test_checked_on_closure_constant_indices_raises_at_trace_time(name):
-    op, _, idx, attr = OOB_CASES[name]
+def test_checked_on_closure_constant_indices_is_judged_where_the_op_runs(name):
+    # Under a trace the constants are judged as traced indices are: the checked check in the
+    # program, so a plain jit fills and checked() raises the eager error, when it runs.
+    op, ref, idx, attr = OOB_CASES[name]
+    f = jax.jit(lambda d: op(d, idx, attr))
+    np.testing.assert_array_equal(np.asarray(f(DATA)), ref(DATA, idx, attr, mode="fill", fill=np.nan))
     with pytest.raises(IndexError, match=EAGER_MESSAGES[name]):
-        jax.jit(lambda d: op(d, idx, attr))(DATA)
+        jax_gather.checked(f)(DATA)
+    with pytest.raises(IndexError, match=EAGER_MESSAGES[name]):  # eagerly, at call time
+        op(DATA, idx, attr)
+
+
+@pytest.mark.parametrize("constant_data", [False, True], ids=["traced data", "constant data"])
+@pytest.mark.parametrize("name", OOB_CASES)
+def test_constant_indices_in_a_branch_never_taken_are_not_judged(name, constant_data):
+    op, ref, idx, attr = OOB_CASES[name]
+    # Constant data too (an eager call staged into the branch), remembered or not.
+    op(DATA, idx % 2, attr)
+
+    def f(p, d):
+        taken = lambda d: op(DATA if constant_data else d, idx, attr) + 0 * d.sum()
+        return jax.lax.cond(p, taken, lambda d: jnp.zeros(ref(DATA, idx, attr, mode="clip").shape), d)
+
+    skipped = np.zeros(ref(DATA, idx, attr, mode="clip").shape)
+    for call in (f, jax.jit(f), jax_gather.checked(jax.jit(f)), jax_gather.checked(f)):
+        np.testing.assert_array_equal(np.asarray(call(False, DATA)), skipped)
+    filled = ref(DATA, idx, attr, mode="fill", fill=np.nan)
+    np.testing.assert_array_equal(np.asarray(jax.jit(f)(True, DATA)), filled)
+    with pytest.raises(IndexError) as taken:
+        jax_gather.checked(jax.jit(f))(True, DATA)
+    with pytest.raises(IndexError) as eager:
+        op(DATA, idx, attr)
+    assert str(taken.value) == str(eager.value)
+
+
+def test_openvino_constant_indices_in_a_branch_never_taken_are_not_judged():
+    from jax_gather import openvino
+
+    def f(p, d):
+        taken = lambda d: openvino.gather(d, np.array([1, -1]), 0, version=7)
+        return jax.lax.cond(p, taken, lambda d: d[:2], d)
+
+    d = jnp.arange(4.0)
+    for call in (f, jax.jit(f), jax_gather.checked(jax.jit(f))):
+        np.testing.assert_array_equal(call(False, d), [0.0, 1.0])
+    with pytest.raises(IndexError, match=r"^Gather-7: indices\[1\] = -1 is out of range \[0, 3\]"):
+        jax_gather.checked(jax.jit(f))(True, d)
+    with pytest.raises(IndexError, match=r"^Gather-7: indices\[1\] = -1 is out of range \[0, 3\]"):
+        openvino.gather(d, np.array([1, -1]), 0, version=7)
 
 
 @pytest.mark.parametrize("name", OOB_CASES)
