@@ -53,9 +53,12 @@ def _as_indices(op_name: str, indices: Any) -> tuple[Any, Any]:
     return host, host
 
 
-# Whether any trace holds the library's program since JAX's caches were last cleared for an
-# export to ONNX (set at trace time; jax_gather.onnx_export clears them only where one may).
-traced_since_cleared = False
+# The one seam between the ops and an export to ONNX: True while jax2onnx converts
+# (jax_gather.onnx_export enters it), when the ops trace to the ONNX nodes they implement
+# instead of the library's program. A user context is part of every key of JAX's trace,
+# lowering and compilation caches, so the two forms never share a cached program and nothing
+# needs clearing: a function jitted before an export is not traced again after it.
+ONNX_FORM = jax.make_user_context(False) if hasattr(jax, "make_user_context") else None
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "mode", "fill_bytes"), inline=True)
@@ -68,10 +71,18 @@ def _apply(
     mode: str,
     fill_bytes: bytes | None = None,
 ) -> jax.Array:
-    global traced_since_cleared
-    traced_since_cleared = True
     if fill_bytes is not None:
         fill = np.frombuffer(fill_bytes, data.dtype).reshape(())
+    if ONNX_FORM is not None and ONNX_FORM.value:
+        from jax_gather import onnx_export
+
+        return onnx_export.onnx_form(data, indices, fill, plan=plan, mode=mode)
+    return _library_form(data, indices, fill, plan=plan, mode=mode)
+
+
+def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: GatherPlan, mode: str) -> Any:
+    """The library's program for the op: the bounds mask and check the mode needs, then one
+    gather (or the CPU lowering chosen for it)."""
     # Trace-time invariants between the plan and the operands (cheap: shapes only).
     batch_rank = len(plan.output_shape) - len(plan.dimension_numbers.offset_dims)
     chex.assert_rank(data, len(plan.slice_sizes))
@@ -98,6 +109,10 @@ def _apply(
         out = _lowering.gather(data, indices, plan, clip=mode == "clip", in_range=mode == "in_range")
     chex.assert_shape(out, plan.output_shape)
     return out
+
+
+# The library's program whatever the seam says (onnx_export evaluates its primitive with it).
+library_program = jax.jit(_library_form, static_argnames=("plan", "mode"), inline=True)
 
 
 def without_gather(data: Any, indices: Any, fill: Any, plan: GatherPlan, mode: str) -> jax.Array | None:
