@@ -86,18 +86,18 @@ def checked(fn: F, *, errors: frozenset[Any] = checkify.user_checks) -> F:
     enabled = frozenset(errors) | checkify.user_checks
     programs: dict[Hashable, Callable[..., Any]] = {}
 
-    def program(treedef: Any, static: tuple[tuple[int, Any], ...], errors: frozenset[Any]) -> Any:
+    def program(treedef: Any, static: tuple[tuple[int, type, Any], ...], errors: frozenset[Any]) -> Any:
         """``fn`` under checkify with ``errors`` and ``jit``, taking the array leaves of a call
         of this structure and these static leaves."""
 
         def flat(*arrays: Any) -> Any:
             leaves: list[Any] = list(arrays)
-            for k, value in static:
+            for k, _, value in static:
                 leaves.insert(k, value)
             args, kwargs = jax.tree.unflatten(treedef, leaves)
             return fn(*args, **kwargs)
 
-        functools.update_wrapper(flat, fn)
+        flat.__name__ = flat.__qualname__ = getattr(fn, "__name__", "fn")  # JAX's names for it
         return jax.jit(checkify.checkify(flat, errors=errors))
 
     @functools.wraps(fn)
@@ -110,8 +110,8 @@ def checked(fn: F, *, errors: frozenset[Any] = checkify.user_checks) -> F:
                 raise _under_a_trace(fn)
             if isinstance(leaf, _ARRAYS):
                 arrays.append(leaf)
-            else:
-                static.append((k, leaf))
+            else:  # with its type: 1, 1.0 and True are equal keys, not equal programs
+                static.append((k, type(leaf), leaf))
         key: Hashable = (treedef, tuple(static))
         try:
             call = programs.get(key)

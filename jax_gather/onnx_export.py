@@ -327,7 +327,7 @@ def register_jax2onnx() -> None:
     except ImportError as error:
         raise ImportError(f"jax_gather.register_jax2onnx needs jax2onnx: {_EXTRA}") from error
     if ops.ONNX_FORM is None:  # pragma: no cover - jax2onnx itself needs a JAX that has it
-        raise ImportError("jax_gather.register_jax2onnx needs jax.make_user_context (jax >= 0.8)")
+        raise ImportError("jax_gather.register_jax2onnx needs a JAX release with jax.make_user_context")
     onnx_form_on = ops.ONNX_FORM
     if onnx_gather_p.name in PLUGIN_REGISTRY:
         return

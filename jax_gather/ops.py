@@ -58,7 +58,24 @@ def _as_indices(op_name: str, indices: Any) -> tuple[Any, Any]:
 # instead of the library's program. A user context is part of every key of JAX's trace,
 # lowering and compilation caches, so the two forms never share a cached program and nothing
 # needs clearing: a function jitted before an export is not traced again after it.
-ONNX_FORM = jax.make_user_context(False) if hasattr(jax, "make_user_context") else None
+def _user_context() -> Any:
+    if hasattr(jax, "make_user_context"):
+        return jax.make_user_context(False)
+    try:  # pragma: no cover - a JAX release before make_user_context: a flag JAX keys on alike
+        from jax._src import config
+
+        return config.bool_state(
+            "jax_gather_onnx_form",
+            False,
+            "jax_gather's ops trace to ONNX nodes (set by jax_gather.register_jax2onnx's plugin)",
+            include_in_jit_key=True,
+            include_in_trace_context=True,
+        )
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover
+        return None
+
+
+ONNX_FORM = _user_context()
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "mode", "fill_bytes"), inline=True)

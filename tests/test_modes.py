@@ -236,6 +236,25 @@ def test_checked_under_vmap(in_axes):
     assert out.shape == (3, 3, 2)
 
 
+def test_checked_under_vmap_names_the_batch_element_of_any_check():
+    from jax_gather import openvino
+
+    # Rank-0 indices per example: their position is the batch element alone.
+    pick = jax_gather.checked(jax.jit(jax.vmap(lambda i: openvino.gather(jnp.arange(4.0), i, 0, version=7))))
+    with pytest.raises(IndexError, match=r"^Gather-7: indices\[2\] = -1 is out of range \[0, 3\]"):
+        pick(jnp.array([1, 2, -1, 0]))
+    # A check with no position (a traced fill_value's) ends with the batch element.
+    filled = lambda d, v: jax_gather.gather(d, jnp.array([0, 5]), mode="fill", fill_value=v)
+    fill = jax.vmap(filled, in_axes=(None, 0))
+    with pytest.raises(ValueError, match=r"^Gather: fill_value 300 cannot be .* \(batch element 1\)$"):
+        jax_gather.checked(jax.jit(fill))(jnp.arange(3, dtype=jnp.int8), jnp.array([1, 300, 2]))
+    nested = jax.vmap(jax.vmap(lambda d, i: jax_gather.gather(d, i)), in_axes=(None, 0))
+    bad = np.zeros((3, 2, 4), np.int32)
+    bad[2, 1, 3] = 7
+    with pytest.raises(IndexError, match=r"^Gather: indices\[2, 1, 3\] = 7 is out of bounds for axis 0 "):
+        jax_gather.checked(jax.jit(nested))(jnp.ones((2, 5)), bad)
+
+
 VMAP_OOB = {
     # op, attribute, per-example data (2, 3, 4), 3 examples of indices: in bounds, then one bad, message
     "gather_nd": (
