@@ -552,7 +552,7 @@ def fill_scalar(op_name: str, fill_value: Any, dtype: Any) -> jax.Array | np.nda
         message = f"{op_name}: {_cannot_hold('{}', dtype)}"
         ok = _traced_fits(fill_value, dtype)
         if ok is not None:
-            fill_value = check_indices(fill_value, ok, message, fill_value)
+            fill_value = check_indices(fill_value, ok, message, fill_value, error="ValueError")
         return fill_value.astype(dtype)
     array, value = _python_scalar(op_name, fill_value)
     if _unrepresentable(value, dtype):

@@ -8,11 +8,18 @@ operands: lowered, it is the identity (XLA drops the unused check operands), and
 ``checkify`` its error rule records a ``FailedCheckError`` exactly as ``debug_check`` would.
 
 The error rule plugs into checkify's private rule table. Should a JAX release move it, this
-falls back to ``checkify.debug_check``: still correct, only slower.
+falls back to ``checkify.debug_check``: still correct, only slower (and ``jax_gather.checked``
+then tells the library's failures from the user's own checks by their words alone).
+
+A failure is recorded as a :class:`LibraryCheckError`, a ``FailedCheckError`` of its own class:
+``jax_gather.checked`` raises it as the error an eager call raises, and passes every other
+failure (a user's own ``checkify.check``) on as checkify raises it. Under ``vmap`` the message
+gains the batch element: ``indices[2, 1]`` for position 1 of example 2.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jax
@@ -37,38 +44,89 @@ except (ImportError, AttributeError, TypeError, ValueError):  # pragma: no cover
     _ERROR_RULES = None
 
 
-def check_indices(indices: jax.Array, ok: jax.Array, message: str, *fmt_args: jax.Array) -> jax.Array:
+def check_indices(
+    indices: jax.Array, ok: jax.Array, message: str, *fmt_args: jax.Array, error: str = "IndexError"
+) -> jax.Array:
     """Returns ``indices``; under checkify, also fails with ``message.format(*fmt_args)``
-    unless the scalar ``ok`` is True."""
+    unless the scalar ``ok`` is True. ``error`` names the exception ``jax_gather.checked``
+    raises for it ("IndexError" or "ValueError"), as an eager call would."""
     if _ERROR_RULES is None:  # pragma: no cover
         checkify.debug_check(ok, message, *fmt_args)
         return indices
-    return _check_p.bind(indices, ok, *fmt_args, message=message)
+    return _check_p.bind(indices, ok, *fmt_args, message=message, error=error)
+
+
+# Where a batch rule puts the batch element: before the position of an index ("indices[1]"
+# becomes "indices[{}, 1]", "indices = 7" becomes "indices[{}] = 7"), or, in a message with no
+# position (a fill_value's), at its end.
+_POSITIONS = re.compile(r"(\{\}|indices\[|indices = )")
+
+
+def batched_message(message: str, fmt: list[Any], element: Any) -> tuple[str, list[Any]]:
+    """``message`` and its format arguments ``fmt`` with the batch element ``element`` added
+    where each position is named (see ``_POSITIONS``)."""
+    parts, args, k = [], [], 0
+    for part in _POSITIONS.split(message):
+        if part == "{}":
+            args.append(fmt[k])
+            k += 1
+        elif part == "indices[":
+            part = "indices[{}, "
+            args.append(element)
+        elif part == "indices = ":
+            part = "indices[{}] = "
+            args.append(element)
+        parts.append(part)
+    if len(args) == len(fmt):
+        parts.append(" (batch element {})")
+        args.append(element)
+    return "".join(parts), args
 
 
 if _ERROR_RULES is not None:
+
+    class LibraryCheckError(_FailedCheckError):
+        """A failed check of the library's (its own class, so that no user's check is taken
+        for one); its message is the eager error's, without checkify's suffix, and ``raises``
+        the type an eager call raises. Each subclass is a pytree of its own (checkify keeps the
+        class in the error's metadata)."""
+
+        raises: type[Exception] = IndexError
+
+        def __str__(self) -> str:
+            return self.fmt_string.format(*self.args, **self.kwargs)
+
+    class _IndexFailure(LibraryCheckError):
+        raises = IndexError
+
+    class _ValueFailure(LibraryCheckError):
+        raises = ValueError
+
+    _FAILURES = {"IndexError": _IndexFailure, "ValueError": _ValueFailure}
+
     _check_p = Primitive("jax_gather_check_indices")
 
-    def _abstract_eval(indices: Any, *_: Any, message: str) -> Any:
+    def _abstract_eval(indices: Any, *_: Any, message: str, error: str) -> Any:
         return indices
 
-    def _lowering(ctx: Any, indices: Any, *_: Any, message: str) -> list[Any]:
+    def _lowering(ctx: Any, indices: Any, *_: Any, message: str, error: str) -> list[Any]:
         return [indices]
 
-    def _jvp(primals: Any, tangents: Any, *, message: str) -> tuple[Any, Any]:
-        return _check_p.bind(*primals, message=message), tangents[0]
+    def _jvp(primals: Any, tangents: Any, *, message: str, error: str) -> tuple[Any, Any]:
+        return _check_p.bind(*primals, message=message, error=error), tangents[0]
 
-    def _batch(args: Any, dims: Any, *, message: str) -> tuple[Any, Any]:
+    def _batch(args: Any, dims: Any, *, message: str, error: str) -> tuple[Any, Any]:
         indices, ok, *fmt = args
         indices_dim, ok_dim, *fmt_dims = dims
         if ok_dim is not None:
-            # Report the first failing example, as checkify does for a batched check.
+            # Report the first failing example, as checkify does for a batched check, and name it.
             ok = jnp.moveaxis(ok, ok_dim, 0)
             fmt = [
                 f if d is None else _at_first_false(ok, jnp.moveaxis(f, d, 0)) for f, d in zip(fmt, fmt_dims)
             ]
+            message, fmt = batched_message(message, fmt, jnp.argmin(ok).astype(jnp.int32))
             ok = jnp.all(ok)
-        return _check_p.bind(indices, ok, *fmt, message=message), indices_dim
+        return _check_p.bind(indices, ok, *fmt, message=message, error=error), indices_dim
 
     def _at_first_false(ok: Any, values: Any) -> Any:
         """``values[argmin(ok)]`` (integer values, batched on dim 0), by a masked reduction
@@ -77,16 +135,16 @@ if _ERROR_RULES is not None:
         at = at.reshape(at.shape + (1,) * (values.ndim - 1))
         return jnp.max(jnp.where(at, values, jnp.iinfo(values.dtype).min), axis=0)
 
-    def _error_rule(*args: Any, message: str) -> Any:
+    def _error_rule(*args: Any, message: str, error: str) -> Any:
         context = args[:1] if _TAKES_CONTEXT else ()
-        error, enabled_errors, indices, ok, *fmt = args[len(context) :]
+        errors, enabled_errors, indices, ok, *fmt = args[len(context) :]
         if _FailedCheckError in enabled_errors:
             # Older checkify (jax 0.4.35) needs arrays in the payload, not Python scalars.
-            failure = _FailedCheckError(_get_traceback(), message, *map(jnp.asarray, fmt))
-            error = _assert_func(*context, error, jnp.logical_not(ok), failure)  # type: ignore[call-arg]
-        return error, indices
+            failure = _FAILURES[error](_get_traceback(), message, *map(jnp.asarray, fmt))
+            errors = _assert_func(*context, errors, jnp.logical_not(ok), failure)  # type: ignore[call-arg]
+        return errors, indices
 
-    _check_p.def_impl(lambda indices, *_, message: indices)
+    _check_p.def_impl(lambda indices, *_, message, error: indices)
     _check_p.def_abstract_eval(_abstract_eval)
     mlir.register_lowering(_check_p, _lowering)
     ad.primitive_jvps[_check_p] = _jvp

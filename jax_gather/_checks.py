@@ -83,3 +83,16 @@ def check_mode(op_name: str, mode: Any) -> str:
 
 def _is_tracer(value: Any) -> bool:
     return isinstance(value, jax.core.Tracer)
+
+
+try:
+    from jax._src.core import trace_state_clean as _trace_state_clean
+except ImportError:  # pragma: no cover - depends on the JAX release
+    _trace_state_clean = None  # type: ignore[assignment]
+
+
+def under_a_trace() -> bool:
+    """Whether a JAX trace is open (``jit``, ``vmap``, a branch of ``lax.cond``...): an op on
+    constants there is staged into a program that may never run, so it judges them in the
+    program rather than raising now."""
+    return _trace_state_clean is not None and not _trace_state_clean()

@@ -126,6 +126,29 @@ def _jitted(mode: str | None) -> Callable[[], Calls]:
     return make
 
 
+def _checked_wrapper() -> Calls:
+    """``jax_gather.checked(jax.jit(f))`` against checkify's own: ``jax.jit(checkify.checkify(f))``
+    and ``err.throw()``, for a lookup in the checked mode (in bounds, so both return)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import checkify
+
+    import jax_gather
+
+    rng = np.random.default_rng(6)
+    d, i = jnp.asarray(_table(rng)), jnp.asarray(rng.integers(-ROWS, ROWS, IDS))
+    f = lambda d, i: jax_gather.gather(d, i)
+    ours = jax_gather.checked(jax.jit(f))
+    checkified = jax.jit(checkify.checkify(f))
+
+    def theirs(d: Any, i: Any) -> Any:
+        err, out = checkified(d, i)
+        err.throw()
+        return out
+
+    return _ready(ours, d, i), _ready(theirs, d, i)
+
+
 def lookup_model(rows: int, cols: int, ids: int) -> Any:
     """An ONNX model of two nodes: ``rows = Gather(x, ids)``, then ``GatherElements(rows,
     cols, axis=1)``; x is float32 (rows, cols), ids int64 (ids,), cols int64 (ids, cols)."""
@@ -234,6 +257,7 @@ CASES = (
         _backend_against_jit(4096, 256, 4096),
         quick=False,
     ),
+    OverheadCase("checked(jit(f)) per call", "jit(checkify(f)) + throw", 1.3, _checked_wrapper),
 )
 
 

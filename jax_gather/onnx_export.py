@@ -4,9 +4,9 @@ The library's own programs are one ``lax.gather`` with index arithmetic, a bound
 only checkify reads, and CPU lowerings chosen by ``lax.platform_dependent``: good programs to
 run, and ones no converter can map back to one ONNX node. :func:`register_jax2onnx` therefore
 gives jax2onnx a plugin that, only while ``jax2onnx.to_onnx`` traces, has each op bind
-``onnx_gather_p``: a primitive that *is* the ONNX node (Gather, GatherElements or GatherND with
-its attribute, ONNX's own rules for negative and out-of-range indices), and lowers to that one
-node. The modes become ONNX around it:
+``onnx_gather_p`` (:func:`onnx_form`): a primitive that *is* the ONNX node (Gather,
+GatherElements or GatherND with its attribute, ONNX's own rules for negative and out-of-range
+indices), and lowers to that one node. The modes become ONNX around it:
 
 - "checked", "promise_in_bounds": the node alone. onnxruntime then applies ONNX's rules: an
   out-of-range index is an error there, as it is in "checked" on concrete indices here.
@@ -16,11 +16,11 @@ node. The modes become ONNX around it:
   that puts ``fill_value`` where an index was out of bounds (in a type of the same values
   where onnxruntime's Where lacks the dtype).
 
-Outside the converter nothing changes: the eager calls' programs are dropped, and JAX's trace
-caches cleared where a trace may hold the ops, when the plugin's binding starts and ends, so
-no program traced for export is reused by a later call, and no program traced before is
-exported. The swap is process-wide, as jax2onnx's own patches of
-``jax.numpy`` are: no other thread should call the ops while a conversion runs.
+The seam is one value, ``ops.ONNX_FORM``: a JAX user context, which the plugin's binding sets
+for the conversion (in its own thread) and which the ops read as they trace. JAX keys its
+trace, lowering and compilation caches on it, so a program traced for the export is never run
+and a program traced before it is never exported: nothing is swapped and no cache is cleared,
+and a function jitted before an export (using the ops or not) is not traced again after it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 from jax import export, lax
 from jax.interpreters import ad, batching, mlir
 
-from jax_gather import _bounds, _eager, ops
+from jax_gather import _bounds, ops
 from jax_gather._cpu import PROMISE
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -48,7 +48,6 @@ except ImportError:  # pragma: no cover - jax 0.4.35 keeps it in jax.core
 _PLANS = {"Gather": gather_plan, "GatherElements": gather_elements_plan, "GatherND": gather_nd_plan}
 # The op's attribute as ONNX names it.
 _ATTRIBUTE = {"Gather": "axis", "GatherElements": "axis", "GatherND": "batch_dims"}
-_run_gather = ops._apply  # the library's own program, for the primitive's evaluation in JAX
 
 
 def _attribute(plan: GatherPlan) -> int:
@@ -78,7 +77,7 @@ def _abstract_eval(data: Any, indices: Any, *, op_name: str, attribute: int) -> 
 
 def _evaluate(data: Any, indices: Any, *, op_name: str, attribute: int) -> Any:
     plan = _plan(data, indices, op_name, attribute)
-    return _run_gather(data, indices, None, plan=plan, mode="promise_in_bounds")
+    return ops.library_program(data, indices, None, plan=plan, mode="promise_in_bounds")
 
 
 def _coordinates(plan: GatherPlan, indices: Any) -> tuple[Any, lax.GatherDimensionNumbers]:
@@ -270,13 +269,9 @@ def _filled(plan: GatherPlan, ok: Any, out: Any, fill: Any) -> Any:
     return jnp.where(mask, out.astype(select_as), fill.astype(select_as)).astype(dtype)
 
 
-def _apply_for_onnx(
-    data: Any, indices: Any, fill: Any, *, plan: GatherPlan, mode: str, fill_bytes: bytes | None = None
-) -> Any:
-    """``ops._apply`` while jax2onnx traces: the modes as ONNX ops around ``onnx_gather``."""
-    ops.traced_since_cleared = True
-    if fill_bytes is not None:
-        fill = np.frombuffer(fill_bytes, data.dtype).reshape(())
+def onnx_form(data: Any, indices: Any, fill: Any, *, plan: GatherPlan, mode: str) -> Any:
+    """The op as ``ops._apply`` traces it while jax2onnx converts (``ops.ONNX_FORM``): the modes
+    as ONNX ops around ``onnx_gather``."""
     trivial = ops.without_gather(data, indices, fill, plan, mode)
     if trivial is not None:
         return trivial
@@ -301,30 +296,6 @@ def _apply_for_onnx(
 
 
 # ---- the jax2onnx plugin -------------------------------------------------------------------
-
-
-def _forget_programs() -> None:
-    """Drops every program that may hold the other form of the ops: the eager calls' (cheap to
-    make again), and JAX's caches of traces where one holds the ops (JAX caches traces by
-    function, not by what a module holds), which costs every program in the process."""
-    ops._programs.cache_clear()
-    _eager.clear()
-    if ops.traced_since_cleared:
-        jax.clear_caches()
-        ops.traced_since_cleared = False
-
-
-@contextlib.contextmanager
-def _ops_bind_onnx_nodes() -> Iterator[None]:
-    """While jax2onnx converts: the ops bind ``onnx_gather_p``, and no program is shared with
-    calls outside."""
-    _forget_programs()
-    ops._apply = _apply_for_onnx  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        ops._apply = _run_gather
-        _forget_programs()
 
 
 _EXTRA = "pip install 'jax_gather[export]'"
@@ -355,6 +326,9 @@ def register_jax2onnx() -> None:
         )
     except ImportError as error:
         raise ImportError(f"jax_gather.register_jax2onnx needs jax2onnx: {_EXTRA}") from error
+    if ops.ONNX_FORM is None:  # pragma: no cover - jax2onnx itself needs a JAX that has it
+        raise ImportError("jax_gather.register_jax2onnx needs a JAX release with jax.make_user_context")
+    onnx_form_on = ops.ONNX_FORM
     if onnx_gather_p.name in PLUGIN_REGISTRY:
         return
 
@@ -364,7 +338,7 @@ def register_jax2onnx() -> None:
         @classmethod
         @contextlib.contextmanager
         def plugin_binding(cls) -> Iterator[None]:
-            with _ops_bind_onnx_nodes():
+            with onnx_form_on(True):
                 yield
 
         def lower(self, ctx: Any, eqn: Any) -> None:

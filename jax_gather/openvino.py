@@ -24,7 +24,7 @@ import numpy as np
 
 from jax_gather import _bounds, _strings, ops
 from jax_gather._check_primitive import check_indices
-from jax_gather._checks import canonical_axis, check_mode, fail, static_int
+from jax_gather._checks import canonical_axis, check_mode, fail, static_int, under_a_trace
 
 _GATHER_VERSIONS = (1, 7, 8)
 _GATHER_ND_VERSIONS = (5, 8)
@@ -61,9 +61,9 @@ def _mode(mode: str | None) -> str:
 
 def _in_range_only(name: str, indices: Any, size: Any, mode: str) -> Any:
     """Gather-1/7 take indices in [0, s-1] only: a negative one is out of range. In "checked"
-    mode concrete indices are checked here, and traced ones carry a checkify check, both in
-    these words; then a negative index becomes one the op treats as out of range (0 in "clip",
-    the nearest end)."""
+    mode concrete indices are checked here, and traced ones (and, in a trace, out-of-range
+    constants) carry a checkify check, both in these words; then a negative index becomes one
+    the op treats as out of range (0 in "clip", the nearest end)."""
     traced = isinstance(indices, jax.core.Tracer)
     xp: Any = np if isinstance(indices, (np.ndarray, list, tuple, int)) else jnp
     indices = xp.asarray(indices)
@@ -78,7 +78,11 @@ def _in_range_only(name: str, indices: Any, size: Any, mode: str) -> Any:
             value = host[position]
             at = "indices" + (f"[{', '.join(map(str, position))}]" if host.ndim else "")
             why = f" ({name} takes no negative indices)" if value < 0 else ""
-            raise IndexError(f"{name}: {at} = {value} {rule}{why}")
+            if not under_a_trace():
+                raise IndexError(f"{name}: {at} = {value} {rule}{why}")
+            # Constants in a trace (a branch of lax.cond may never run): judged in the program.
+            traced, xp = True, jnp
+            indices = jnp.asarray(_bounds.narrow_host_indices(host))  # saturated: still out
     if mode == "checked" and traced and indices.size:
         # The whole range, so that the first index out of it is reported here, in these words,
         # and never by the op's own check on the value a negative index is rewritten to below.

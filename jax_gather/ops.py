@@ -13,7 +13,7 @@ import numpy as np
 from jax import lax
 
 from jax_gather import _bounds, _eager, _lowering, _strings
-from jax_gather._checks import check_mode, fail, static_int
+from jax_gather._checks import check_mode, fail, static_int, under_a_trace
 from jax_gather._x64 import x64_enabled_if
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -53,9 +53,29 @@ def _as_indices(op_name: str, indices: Any) -> tuple[Any, Any]:
     return host, host
 
 
-# Whether any trace holds the library's program since JAX's caches were last cleared for an
-# export to ONNX (set at trace time; jax_gather.onnx_export clears them only where one may).
-traced_since_cleared = False
+# The one seam between the ops and an export to ONNX: True while jax2onnx converts
+# (jax_gather.onnx_export enters it), when the ops trace to the ONNX nodes they implement
+# instead of the library's program. A user context is part of every key of JAX's trace,
+# lowering and compilation caches, so the two forms never share a cached program and nothing
+# needs clearing: a function jitted before an export is not traced again after it.
+def _user_context() -> Any:
+    if hasattr(jax, "make_user_context"):
+        return jax.make_user_context(False)
+    try:  # pragma: no cover - a JAX release before make_user_context: a flag JAX keys on alike
+        from jax._src import config
+
+        return config.bool_state(
+            "jax_gather_onnx_form",
+            False,
+            "jax_gather's ops trace to ONNX nodes (set by jax_gather.register_jax2onnx's plugin)",
+            include_in_jit_key=True,
+            include_in_trace_context=True,
+        )
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover
+        return None
+
+
+ONNX_FORM = _user_context()
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "mode", "fill_bytes"), inline=True)
@@ -68,10 +88,18 @@ def _apply(
     mode: str,
     fill_bytes: bytes | None = None,
 ) -> jax.Array:
-    global traced_since_cleared
-    traced_since_cleared = True
     if fill_bytes is not None:
         fill = np.frombuffer(fill_bytes, data.dtype).reshape(())
+    if ONNX_FORM is not None and ONNX_FORM.value:
+        from jax_gather import onnx_export
+
+        return onnx_export.onnx_form(data, indices, fill, plan=plan, mode=mode)
+    return _library_form(data, indices, fill, plan=plan, mode=mode)
+
+
+def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: GatherPlan, mode: str) -> Any:
+    """The library's program for the op: the bounds mask and check the mode needs, then one
+    gather (or the CPU lowering chosen for it)."""
     # Trace-time invariants between the plan and the operands (cheap: shapes only).
     batch_rank = len(plan.output_shape) - len(plan.dimension_numbers.offset_dims)
     chex.assert_rank(data, len(plan.slice_sizes))
@@ -98,6 +126,10 @@ def _apply(
         out = _lowering.gather(data, indices, plan, clip=mode == "clip", in_range=mode == "in_range")
     chex.assert_shape(out, plan.output_shape)
     return out
+
+
+# The library's program whatever the seam says (onnx_export evaluates its primitive with it).
+library_program = jax.jit(_library_form, static_argnames=("plan", "mode"), inline=True)
 
 
 def without_gather(data: Any, indices: Any, fill: Any, plan: GatherPlan, mode: str) -> jax.Array | None:
@@ -131,7 +163,30 @@ def _run(
     key = _eager.signature(plan_fn, data, indices, attribute, mode, fill_value)
     call = _eager.lookup(key)
     if call is not None:  # this signature was checked before: straight to its program
-        return call(data, indices)
+        try:
+            return call(data, indices)
+        except IndexError:
+            if not under_a_trace():
+                raise
+        # Constants in a trace (a branch of lax.cond may never run): judged in the program.
+        return _validated(plan_fn, op_name, data, indices, attribute, mode, fill_value, None, True)
+    return _validated(plan_fn, op_name, data, indices, attribute, mode, fill_value, key, False)
+
+
+def _validated(
+    plan_fn: Callable[..., GatherPlan],
+    op_name: str,
+    data: Any,
+    indices: Any,
+    attribute: Any,
+    mode: str,
+    fill_value: Any,
+    key: tuple | None,
+    staged: bool,
+) -> jax.Array | np.ndarray:
+    """``_run`` past the eager calls' cache: every argument validated, then the eager call
+    (remembered under ``key``) or the jitted op. ``staged``: the indices are constants in a
+    trace and out of bounds, to be judged by the checked check in the program."""
     mode = check_mode(op_name, mode)
     data = _as_data(op_name, data)
     if _strings.is_string_dtype(data.dtype):
@@ -149,7 +204,7 @@ def _run(
     fill_bytes = None
     if isinstance(fill, np.ndarray):
         fill, fill_bytes = None, fill.tobytes()
-    if concrete is not None and fill is None and not isinstance(data, jax.core.Tracer):
+    if concrete is not None and fill is None and not staged and not isinstance(data, jax.core.Tracer):
         if isinstance(data, jax.Array):
             _eager.ARRAY_TYPES.add(type(data))
         if isinstance(indices, jax.Array):
@@ -159,15 +214,22 @@ def _run(
         call = _eager.make_call(plan, mode, programs, indices)
         if key is not None:
             _eager.remember(key, call)
-        return call(data, indices)
-    if mode == "checked" and concrete is not None:  # concrete indices for traced data
+        try:
+            return call(data, indices)
+        except IndexError:
+            if not under_a_trace():
+                raise
+    if mode == "checked" and concrete is not None:  # concrete indices in a trace
         host = np.asarray(concrete)
         if _bounds.in_range_on_host(plan, host):
             mode = "in_range"  # proven in [0, s-1]: gathered as they are
-        else:
-            _bounds.raise_if_out_of_bounds(plan, host)
+            fill, fill_bytes = None, None
+        elif _bounds.judge_on_host(plan, host) != _bounds.OUT_OF_BOUNDS:
             mode = "promise_in_bounds"  # proven in bounds: normalised, and nothing to fill
-        fill, fill_bytes = None, None
+            fill, fill_bytes = None, None
+        # Else judged where the op runs, as traced indices are: the checked check in the
+        # program (a branch never taken raises nothing; under jax_gather.checked one taken
+        # raises the eager error) and the "fill" result without checkify.
     if isinstance(indices, np.ndarray):
         indices = _bounds.narrow_host_indices(indices)
     return _apply(data, indices, fill, plan=plan, mode=mode, fill_bytes=fill_bytes)
@@ -247,9 +309,9 @@ def gather(
       axis: static int in [-r, r-1].
       batch_dims: static int in [-min(r, q), min(r, q)], counted from indices' rank q when
         negative, and at most ``axis`` once normalised; 0 is ONNX Gather.
-      mode: what out-of-bounds indices do: "checked" (default: IndexError on concrete indices;
-        a checkify check, and the "fill" result, when traced), "clip", "fill" or
-        "promise_in_bounds".
+      mode: what out-of-bounds indices do: "checked" (default: IndexError in an eager call;
+        inside a trace, constants included, a checkify check and the "fill" result), "clip",
+        "fill" or "promise_in_bounds".
       fill_value: the value of out-of-bounds positions in "fill" (and traced "checked") mode;
         default NaN for inexact dtypes, the minimum for signed, the maximum for unsigned, True,
         and the empty string for strings (``b""`` for a bytes array). A concrete value is

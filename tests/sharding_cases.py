@@ -24,6 +24,7 @@ import warnings
 
 import jax
 import numpy as np
+from jax.experimental import checkify
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_gather
@@ -264,7 +265,8 @@ def run_checked_shard_map() -> dict:
     c = SHARD_MAP_CASES[1]
     mesh = _mesh(c.mesh)
     data, idx = _inputs(c, "promise_in_bounds")
-    f = jax_gather.checked(jax.jit(_shard_map(_op(c, "checked"), mesh, (P(X), P(X)), P(X))))
+    fn = jax.jit(_shard_map(_op(c, "checked"), mesh, (P(X), P(X)), P(X)))
+    f = jax_gather.checked(fn, errors=checkify.index_checks)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = f(data, idx)

@@ -1,6 +1,7 @@
 """Out-of-bounds policy: the four modes, the checked mode eager and traced, fill values."""
 
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -151,10 +152,55 @@ def test_checked_eager_raises_index_error_naming_the_first_offender(name):
 
 
 @pytest.mark.parametrize("name", OOB_CASES)
-def test_checked_on_closure_constant_indices_raises_at_trace_time(name):
-    op, _, idx, attr = OOB_CASES[name]
+def test_checked_on_closure_constant_indices_is_judged_where_the_op_runs(name):
+    # Under a trace the constants are judged as traced indices are: the checked check in the
+    # program, so a plain jit fills and checked() raises the eager error, when it runs.
+    op, ref, idx, attr = OOB_CASES[name]
+    f = jax.jit(lambda d: op(d, idx, attr))
+    np.testing.assert_array_equal(np.asarray(f(DATA)), ref(DATA, idx, attr, mode="fill", fill=np.nan))
     with pytest.raises(IndexError, match=EAGER_MESSAGES[name]):
-        jax.jit(lambda d: op(d, idx, attr))(DATA)
+        jax_gather.checked(f)(DATA)
+    with pytest.raises(IndexError, match=EAGER_MESSAGES[name]):  # eagerly, at call time
+        op(DATA, idx, attr)
+
+
+@pytest.mark.parametrize("constant_data", [False, True], ids=["traced data", "constant data"])
+@pytest.mark.parametrize("name", OOB_CASES)
+def test_constant_indices_in_a_branch_never_taken_are_not_judged(name, constant_data):
+    op, ref, idx, attr = OOB_CASES[name]
+    # Constant data too (an eager call staged into the branch), remembered or not.
+    op(DATA, idx % 2, attr)
+
+    def f(p, d):
+        taken = lambda d: op(DATA if constant_data else d, idx, attr) + 0 * d.sum()
+        return jax.lax.cond(p, taken, lambda d: jnp.zeros(ref(DATA, idx, attr, mode="clip").shape), d)
+
+    skipped = np.zeros(ref(DATA, idx, attr, mode="clip").shape)
+    for call in (f, jax.jit(f), jax_gather.checked(jax.jit(f)), jax_gather.checked(f)):
+        np.testing.assert_array_equal(np.asarray(call(False, DATA)), skipped)
+    filled = ref(DATA, idx, attr, mode="fill", fill=np.nan)
+    np.testing.assert_array_equal(np.asarray(jax.jit(f)(True, DATA)), filled)
+    with pytest.raises(IndexError) as taken:
+        jax_gather.checked(jax.jit(f))(True, DATA)
+    with pytest.raises(IndexError) as eager:
+        op(DATA, idx, attr)
+    assert str(taken.value) == str(eager.value)
+
+
+def test_openvino_constant_indices_in_a_branch_never_taken_are_not_judged():
+    from jax_gather import openvino
+
+    def f(p, d):
+        taken = lambda d: openvino.gather(d, np.array([1, -1]), 0, version=7)
+        return jax.lax.cond(p, taken, lambda d: d[:2], d)
+
+    d = jnp.arange(4.0)
+    for call in (f, jax.jit(f), jax_gather.checked(jax.jit(f))):
+        np.testing.assert_array_equal(call(False, d), [0.0, 1.0])
+    with pytest.raises(IndexError, match=r"^Gather-7: indices\[1\] = -1 is out of range \[0, 3\]"):
+        jax_gather.checked(jax.jit(f))(True, d)
+    with pytest.raises(IndexError, match=r"^Gather-7: indices\[1\] = -1 is out of range \[0, 3\]"):
+        openvino.gather(d, np.array([1, -1]), 0, version=7)
 
 
 @pytest.mark.parametrize("name", OOB_CASES)
@@ -181,11 +227,32 @@ def test_checked_under_vmap(in_axes):
     f = jax.vmap(lambda d, i: jax_gather.gather(d, i, 1), in_axes=in_axes)
     d = data if in_axes[0] == 0 else data[0]
     i = idx if in_axes[1] == 0 else idx[2]
-    with pytest.raises(IndexError, match=r"Gather: indices\[1\] = 5 is out of bounds for axis 1 of size 4"):
+    # Batched indices: the position leads with the batch element (example 2 holds the 5).
+    at = r"indices\[2, 1\]" if in_axes[1] == 0 else r"indices\[1\]"
+    with pytest.raises(IndexError, match=rf"^Gather: {at} = 5 is out of bounds for axis 1 of size 4 "):
         jax_gather.checked(jax.jit(f))(d, i)
     good = idx % 4 if in_axes[1] == 0 else idx[0]
     out = jax_gather.checked(jax.jit(f))(d, good)
     assert out.shape == (3, 3, 2)
+
+
+def test_checked_under_vmap_names_the_batch_element_of_any_check():
+    from jax_gather import openvino
+
+    # Rank-0 indices per example: their position is the batch element alone.
+    pick = jax_gather.checked(jax.jit(jax.vmap(lambda i: openvino.gather(jnp.arange(4.0), i, 0, version=7))))
+    with pytest.raises(IndexError, match=r"^Gather-7: indices\[2\] = -1 is out of range \[0, 3\]"):
+        pick(jnp.array([1, 2, -1, 0]))
+    # A check with no position (a traced fill_value's) ends with the batch element.
+    filled = lambda d, v: jax_gather.gather(d, jnp.array([0, 5]), mode="fill", fill_value=v)
+    fill = jax.vmap(filled, in_axes=(None, 0))
+    with pytest.raises(ValueError, match=r"^Gather: fill_value 300 cannot be .* \(batch element 1\)$"):
+        jax_gather.checked(jax.jit(fill))(jnp.arange(3, dtype=jnp.int8), jnp.array([1, 300, 2]))
+    nested = jax.vmap(jax.vmap(lambda d, i: jax_gather.gather(d, i)), in_axes=(None, 0))
+    bad = np.zeros((3, 2, 4), np.int32)
+    bad[2, 1, 3] = 7
+    with pytest.raises(IndexError, match=r"^Gather: indices\[2, 1, 3\] = 7 is out of bounds for axis 0 "):
+        jax_gather.checked(jax.jit(nested))(jnp.ones((2, 5)), bad)
 
 
 VMAP_OOB = {
@@ -195,21 +262,22 @@ VMAP_OOB = {
         0,
         np.array([[[0, 0, 0]], [[1, 2, 3]], [[1, -1, 0]]]),
         np.array([[[0, 0, 0]], [[1, 2, 3]], [[1, 3, 0]]]),
-        r"GatherND: indices\[0, 1\] = 3 is out of bounds for axis 1 of size 3 .*component 1 ",
+        r"GatherND: indices\[2, 0, 1\] = 3 is out of bounds for axis 1 of size 3 .*component 1 "
+        r"of the index tuple indices\[2, 0, :\]",
     ),
     "gather_nd batch_dims=1": (
         jax_gather.gather_nd,
         1,
         np.array([[[0], [2]], [[1], [-3]], [[2], [0]]]),
         np.array([[[0], [2]], [[1], [-3]], [[2], [-4]]]),
-        r"GatherND: indices\[1, 0\] = -4 is out of bounds for axis 1 of size 3",
+        r"GatherND: indices\[2, 1, 0\] = -4 is out of bounds for axis 1 of size 3",
     ),
     "gather_elements": (
         jax_gather.gather_elements,
         2,
         np.zeros((3, 2, 3, 1), int) + [[[[3]]], [[[-4]]], [[[1]]]],
         np.zeros((3, 2, 3, 1), int) + [[[[3]]], [[[-4]]], [[[4]]]],
-        r"GatherElements: indices\[0, 0, 0\] = 4 is out of bounds for axis 2 of size 4",
+        r"GatherElements: indices\[2, 0, 0, 0\] = 4 is out of bounds for axis 2 of size 4",
     ),
 }
 
@@ -239,12 +307,19 @@ def test_checked_under_vmap_with_batched_index_tuples(name, batched_data):
 
 def test_checked_under_grad():
     f = lambda d, i: jax_gather.gather_elements(d, i, 0).sum()
-    g = jax_gather.checked(jax.jit(jax.grad(f)))
+    g = jax_gather.checked(jax.jit(jax.grad(f)), errors=checkify.index_checks)
     # JAX's checkify rule for the batched scatter of this gradient fails: said once, then skipped.
     with pytest.warns(RuntimeWarning, match="JAX cannot trace its own index checks"):
         np.testing.assert_array_equal(g(np.ones((3, 2)), np.array([[0, 2]])), [[1, 0], [0, 0], [0, 1]])
     with pytest.raises(IndexError, match=r"GatherElements: indices\[0, 1\] = -4 is out of bounds"):
         g(np.ones((3, 2)), np.array([[0, -4]]))
+    # Without JAX's own checks (the default) there is nothing to skip, and nothing to say.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = jax_gather.checked(jax.jit(jax.grad(f)))
+        np.testing.assert_array_equal(plain(np.ones((3, 2)), np.array([[0, 2]])), [[1, 0], [0, 0], [0, 1]])
+        with pytest.raises(IndexError, match=r"GatherElements: indices\[0, 1\] = -4 is out of bounds"):
+            plain(np.ones((3, 2)), np.array([[0, -4]]))
 
 
 @pytest.mark.filterwarnings("ignore:jax_gather.checked.*JAX cannot trace its own index checks")
@@ -264,7 +339,9 @@ def test_checked_with_indices_computed_from_differentiated_data():
 
 
 def test_checked_gather_grad_keeps_jax_index_checks():
-    g = jax_gather.checked(jax.jit(jax.grad(lambda d, i: jax_gather.gather(d, i, 1).sum())))
+    g = jax_gather.checked(
+        jax.jit(jax.grad(lambda d, i: jax_gather.gather(d, i, 1).sum())), errors=checkify.index_checks
+    )
     np.testing.assert_array_equal(g(np.ones((2, 3)), np.array([2, 2])), [[0, 0, 2], [0, 0, 2]])
     with pytest.raises(IndexError, match=r"Gather: indices\[0\] = 3 is out of bounds"):
         g(np.ones((2, 3)), np.array([3, 2]))
@@ -273,10 +350,11 @@ def test_checked_gather_grad_keeps_jax_index_checks():
 @pytest.mark.parametrize("mode", ["fill", "clip"])
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_checked_wrapper_accepts_deliberate_out_of_bounds_modes(name, mode):
-    # JAX's own index checks are on inside checked(); fill and clip never trip them.
+    # Not even JAX's own index checks, when asked for, flag fill and clip.
     op, ref, idx, attr = OOB_CASES[name]
-    out = jax_gather.checked(jax.jit(lambda d, i: op(d, i, attr, mode=mode)))(DATA, idx)
-    np.testing.assert_array_equal(np.asarray(out), ref(DATA, idx, attr, mode=mode, fill=np.nan))
+    for errors in (checkify.user_checks, checkify.index_checks):
+        fn = jax_gather.checked(jax.jit(lambda d, i: op(d, i, attr, mode=mode)), errors=errors)
+        np.testing.assert_array_equal(np.asarray(fn(DATA, idx)), ref(DATA, idx, attr, mode=mode, fill=np.nan))
 
 
 @pytest.mark.parametrize("name", OOB_CASES)
@@ -290,9 +368,96 @@ def test_checked_wrapper_reports_a_broken_promise_like_the_checked_mode(name):
     assert str(broken.value) == str(checked_mode.value)
 
 
-def test_checked_wrapper_catches_other_indexing():
+def test_checked_wrapper_catches_other_indexing_when_asked():
     with pytest.raises(IndexError, match="out-of-bounds"):
-        jax_gather.checked(jax.jit(lambda d, i: d[i]))(np.arange(3.0), 5)
+        jax_gather.checked(jax.jit(lambda d, i: d[i]), errors=checkify.index_checks)(np.arange(3.0), 5)
+
+
+# Well-defined JAX code whose indices are out of range on purpose, and what it gives.
+JAX_OWN_OUT_OF_RANGE = {
+    "jnp.take fill": (lambda x, i: jnp.take(x, i, mode="fill", fill_value=-1.0), [-1.0, 1.0]),
+    "jnp.take clip": (lambda x, i: jnp.take(x, i, mode="clip"), [2.0, 1.0]),
+    ".at[].get fill": (lambda x, i: x.at[i].get(mode="fill", fill_value=-1.0), [-1.0, 1.0]),
+    ".at[].set drop": (lambda x, i: x.at[i].set(9.0, mode="drop")[:2], [0.0, 9.0]),
+    "segment_sum": (lambda x, i: jax.ops.segment_sum(x[:2], i, num_segments=2), [0.0, 1.0]),
+    "dynamic_slice": (lambda x, i: jax.lax.dynamic_slice(x, (i[0],), (2,)), [1.0, 2.0]),
+}
+
+
+@pytest.mark.parametrize("name", JAX_OWN_OUT_OF_RANGE)
+def test_checked_wrapper_judges_only_the_library(name):
+    fn, expected = JAX_OWN_OUT_OF_RANGE[name]
+    x, i = jnp.arange(3.0), jnp.array([7, 1])
+    np.testing.assert_array_equal(jax_gather.checked(jax.jit(fn))(x, i), expected)
+    # JAX's own checks, which the wrapper leaves off unless asked, do flag it.
+    with pytest.raises(IndexError, match="out-of-bounds"):
+        jax_gather.checked(jax.jit(fn), errors=checkify.index_checks)(x, i)
+
+
+def test_a_users_own_check_keeps_its_message_and_kind():
+    def fn(x, i):
+        checkify.check(jnp.all(i >= 0), "ids must be non-negative, got {}", i[0])
+        return jax_gather.gather(x, i)
+
+    wrapped = jax_gather.checked(jax.jit(fn))
+    np.testing.assert_array_equal(wrapped(jnp.arange(3.0), jnp.array([2])), [2.0])
+    message = r"^ids must be non-negative, got -1 \(`check` failed\)$"
+    with pytest.raises(checkify.JaxRuntimeError, match=message):
+        wrapped(jnp.arange(3.0), jnp.array([-1]))
+    # As checkify itself raises it.
+    err, _ = jax.jit(checkify.checkify(fn))(jnp.arange(3.0), jnp.array([-1]))
+    with pytest.raises(checkify.JaxRuntimeError) as theirs:
+        err.throw()
+    with pytest.raises(checkify.JaxRuntimeError) as ours:
+        wrapped(jnp.arange(3.0), jnp.array([-1]))
+    assert str(ours.value) == str(theirs.value)
+    # A user's check worded like the library's is still the user's.
+    mimic = jax_gather.checked(
+        jax.jit(lambda x: checkify.check(x.sum() < 0, "Gather: indices[0] = 9 is out of bounds") or x)
+    )
+    with pytest.raises(checkify.JaxRuntimeError, match="Gather: indices"):
+        mimic(jnp.arange(3.0))
+
+
+def test_checked_wrapper_traces_once_per_signature_even_when_it_raises():
+    traces = []
+
+    def fn(x, i):
+        traces.append(1)
+        return jax_gather.gather(x, i)
+
+    for wrapped in (jax_gather.checked(jax.jit(fn)), jax_gather.checked(fn)):
+        traces.clear()
+        x = jnp.arange(3.0)
+        for _ in range(3):
+            with pytest.raises(IndexError, match=r"indices\[0\] = 5 is out of bounds"):
+                wrapped(x, jnp.array([5]))
+            np.testing.assert_array_equal(wrapped(x, jnp.array([2])), [2.0])
+        assert len(traces) == 1
+        wrapped(x, jnp.array([2, 1]))  # a new signature
+        assert len(traces) == 2
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [jax.jit, jax.vmap, lambda f: jax.jit(jax.vmap(f)), lambda f: jax.grad(lambda x, i: f(x, i).sum())],
+    ids=["jit", "vmap", "jit of vmap", "grad"],
+)
+def test_checked_wrapper_inside_a_transformation_says_where_it_goes(transform):
+    wrapped = jax_gather.checked(jax.jit(lambda x, i: jax_gather.gather(x, i)))
+    x, i = jnp.ones((2, 3)), jnp.array([[0], [1]])
+    where = r"^jax_gather\.checked\(<lambda>\) was called inside .* goes outside jit and vmap"
+    with pytest.raises(TypeError, match=where):
+        transform(wrapped)(x, i)
+
+
+def test_checked_wrapper_reading_a_tracer_says_where_it_goes():
+    @jax.jit
+    def outer(x):
+        return jax_gather.checked(lambda i: jax_gather.gather(x, i))(jnp.array([0]))
+
+    with pytest.raises(TypeError, match=r"jax_gather\.checked\(<lambda>\) was called inside .* outside jit"):
+        outer(jnp.ones(3))
 
 
 def test_checked_wrapper_returns_result_and_passes_kwargs():

@@ -560,13 +560,35 @@ def test_eager_programs_are_not_shared_with_an_export(mode):
     assert not any(onnx_gather_p.name in str(jax.make_jaxpr(p)(table, ids)) for p in programs)
 
 
-def test_a_conversion_without_the_ops_keeps_jax_s_compiled_programs():
-    """JAX's caches are cleared around an export only where a trace may hold the ops."""
-    spec = [jax.ShapeDtypeStruct((3,), np.float32)]
-    jax2onnx.to_onnx(lambda x: jax_gather.gather(x, np.array([0])), spec)  # the ops: cleared
-    double = jax.jit(lambda x: 2 * x)
-    double(np.ones(3, np.float32))
-    jax2onnx.to_onnx(lambda x: x + 1, spec)
-    assert double._cache_size() == 1
-    jax2onnx.to_onnx(lambda x: jax_gather.gather(x, np.array([0])), spec)
-    assert double._cache_size() == 0
+def test_an_export_keeps_every_compiled_program(monkeypatch):
+    """The export form is chosen by a value JAX's caches key on: no cache is cleared, and a
+    function jitted before an export, using the ops or not, is not traced again after it."""
+
+    def refuse() -> None:
+        raise AssertionError("jax.clear_caches called")
+
+    monkeypatch.setattr(jax, "clear_caches", refuse)
+    traces = {"ops": 0, "jnp": 0}
+
+    def with_ops(d, i):
+        traces["ops"] += 1
+        return jnp.tanh(jax_gather.gather(d, i, 1))
+
+    def jnp_only(d):
+        traces["jnp"] += 1
+        return jnp.linalg.svd(d, compute_uv=False)
+
+    lookup, svd = jax.jit(with_ops), jax.jit(jnp_only)
+    data, ids = jnp.arange(12.0).reshape(3, 4), jnp.array([1, -2])
+    before = [np.asarray(lookup(data, ids)), np.asarray(svd(data))]
+    assert traces == {"ops": 1, "jnp": 1}
+    spec = [jax.ShapeDtypeStruct((3, 4), np.float32), jax.ShapeDtypeStruct((2,), np.int32)]
+    for model in (lambda d, i: jax_gather.gather(d, i), lambda d, i: d + 1, lookup):
+        jax2onnx.to_onnx(model, spec)
+    assert traces == {"ops": 2, "jnp": 1}  # the export traced `lookup` once, in its own form
+    after = [np.asarray(lookup(data, ids)), np.asarray(svd(data))]
+    assert traces == {"ops": 2, "jnp": 1}  # and nothing is traced again after it
+    assert lookup._cache_size() == 1 and svd._cache_size() == 1
+    for want, got in zip(before, after):
+        np.testing.assert_array_equal(got, want)
+    assert onnx_gather_p.name not in str(jax.make_jaxpr(lookup)(data, ids))

@@ -105,8 +105,10 @@ def test_checked_reports_a_block_local_position_inside_shard_map(report):
         r"of size 6 \(valid range \[-6, 5\]\)",
         r["error"] or "",
     ), r["error"]
-    # JAX's own index checks do not trace inside shard_map; checked() says so, and goes on.
-    assert all("cannot trace its own index checks" in w for w in r["warnings"]), r["warnings"]
+    # JAX's own index checks, asked for here, do not trace inside shard_map; checked() says so,
+    # and goes on.
+    warned = r["warnings"]
+    assert warned and all("cannot trace its own index checks" in w for w in warned), warned
 
 
 def test_no_cpu_lowering_pads_or_flattens_data_on_a_mesh(report):
@@ -161,8 +163,11 @@ def test_checked_traces_with_explicit_axes(report):
 def test_vmap_over_an_explicitly_sharded_batch_dim(report):
     r = _record(report, "explicit:vmap")
     assert r["equal"]
-    # The batched check reports the first failing example (a masked reduction picks it).
-    assert r["error"] == "Gather: indices[2] = 7 is out of bounds for axis 0 of size 5 (valid range [-5, 4])"
+    # The batched check reports the first failing example (a masked reduction picks it), and
+    # names it: example 3, position 2.
+    assert r["error"] == (
+        "Gather: indices[3, 2] = 7 is out of bounds for axis 0 of size 5 (valid range [-5, 4])"
+    )
 
 
 @needs_explicit_axes
