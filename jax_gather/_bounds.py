@@ -114,7 +114,8 @@ def in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[np.
     bounds = [s if limit is None else min(s, limit) for s in plan.index_sizes]
     if not plan.tuple_indices:
         (bound,) = bounds
-        return lambda indices: int(indices.view(unsigned).max()) < bound
+        maximum = np.maximum.reduce  # NumPy's max() without its Python wrapper: ~0.2 µs a call
+        return lambda indices: int(maximum(indices.view(unsigned), axis=None)) < bound
 
     def test(indices: np.ndarray) -> bool:
         view = indices.view(unsigned)

@@ -783,7 +783,7 @@ class _Program:
             if len(inputs) != len(names):
                 return None
             try:
-                values = tuple(inputs[name] for name in names)
+                values = tuple([inputs[name] for name in names])
             except KeyError:
                 return None
         elif type(inputs) is list or type(inputs) is tuple:
@@ -795,23 +795,28 @@ class _Program:
         for value in values:
             if type(value) is not np.ndarray:
                 return None
-        known = self._known.get(tuple((value.shape, value.dtype) for value in values))
+        known = self._known.get(tuple([(value.shape, value.dtype) for value in values]))
         if known is None:
             return None
         steps, in_range = known
-        with x64_enabled(), jax.default_device(self._device):
-            outputs = in_range(values) if in_range is not None else None
-            if outputs is None:  # an index input out of [0, s-1]: every case, step by step
+        outputs = in_range(values) if in_range is not None else None
+        if outputs is None:  # an index input out of [0, s-1]: every case, step by step
+            with x64_enabled(), jax.default_device(self._device):
                 outputs = self._execute(values + self._host_constants, self._inputs_fed, steps)
-        return None if outputs is None else _numpy_outputs(outputs, self._copied)
+            if outputs is None:
+                return None
+        return _numpy_outputs(outputs, self._copied)
 
-    def _in_range_run(self, steps: tuple[_Step, ...]) -> Callable[[tuple], Any] | None:
+    def _in_range_run(self, steps: tuple[_Step, ...], signature: tuple) -> Callable[[tuple], Any] | None:
         """For a signature's steps, the run of fed inputs where every index input is in
         [0, s-1] (None where it finds one that is not): what :meth:`_execute` does then, with
         every choice that depends only on the signature made once. None where a constant's
         indices are not all in [0, s-1] (they never change: every run takes ``_execute``)."""
         assert self._constants is not None
-        names, fed = self._graph.inputs, self._inputs_fed
+        names, fed, on_cpu = self._graph.inputs, self._inputs_fed, self._on_cpu
+        # Whether an input of the signature is of a size JAX's CPU client copies on a worker
+        # thread (only those may get an aligned or narrowed copy: _eager.aligned_for_cpu).
+        copied = lambda i: math.prod(signature[i][0]) * signature[i][1].itemsize >= _eager.CPU_COPIED_INLINE
         checks, modes, taken = [], [], []
         for plan, source, test in steps:
             if source is None or test is None:
@@ -827,28 +832,35 @@ class _Program:
                 continue
             replaced = self._index_only[position]
             taken.append(position if replaced else _NORMALISED)
-            checks.append((position, test, plan, replaced))
+            # Narrowed or aligned copies only where they may be made (by size, as in _execute).
+            checks.append((position, test, plan if on_cpu and copied(position) else None, replaced))
         program = self._program(tuple(modes), tuple(taken), len(self._sources))
         constants = tuple(self._constants[name] for name in self._sources[len(names) :])
-        on_cpu = self._on_cpu
+        aligned = tuple(i for i in range(len(names)) if on_cpu and copied(i))
+        device = self._device
 
         def run(values: tuple) -> Any:
             extra = []
-            arguments = [_eager.aligned_for_cpu(value, True) for value in values] if on_cpu else list(values)
+            arguments = list(values)
+            for i in aligned:
+                arguments[i] = _eager.aligned_for_cpu(values[i], True)
             for position, test, plan, replaced in checks:
                 indices = values[position]
                 if not test(indices):
                     return None
-                narrow = _eager.narrowed_for_cpu(indices, plan) if on_cpu else None
-                if narrow is not None or not replaced:
-                    given = _eager.aligned_for_cpu(indices if narrow is None else narrow, on_cpu)
+                if plan is not None:
+                    narrow = _eager.narrowed_for_cpu(indices, plan)
+                    given = _eager.aligned_for_cpu(indices if narrow is None else narrow, True)
                     if replaced:
                         arguments[position] = given
                     else:
                         extra.append(given)
-            outputs, ok = program(*arguments, *constants, *extra)
-            if ok is not None and not bool(ok):
-                return None
+                elif not replaced:
+                    extra.append(indices)
+            with x64_enabled(), jax.default_device(device):
+                outputs, ok = program(*arguments, *constants, *extra)
+                if ok is not None and not bool(ok):
+                    return None
             return outputs
 
         return run
@@ -867,7 +879,7 @@ class _Program:
             if len(self._known) >= 64:
                 self._known.clear()
             signature = tuple((feeds[n].shape, feeds[n].dtype) for n in self._graph.inputs)
-            self._known[signature] = (steps, self._in_range_run(steps))
+            self._known[signature] = (steps, self._in_range_run(steps, signature))
         return outputs
 
     def _fed_as_given(self, inputs: Any, feeds: Mapping[str, np.ndarray]) -> bool:
