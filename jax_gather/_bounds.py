@@ -340,6 +340,12 @@ def working_indices(
 _UNCLAMPED_FLOPS = 3
 
 
+def normalising_is_inline(components: int) -> bool:
+    """Whether a program that normalises this many index components (and gathers) stays under
+    INLINE_FLOPS, on the calling thread."""
+    return _UNCLAMPED_FLOPS * components < INLINE_FLOPS
+
+
 # XLA:CPU splits a loop whose flops exceed its bytes into a task per core (its parallel task
 # assignment counts it compute-bound); one that does not, from this many bytes of output.
 _SPLIT_ANYWAY_BYTES = 512 << 10

@@ -125,6 +125,7 @@ def make_call(plan: GatherPlan, mode: str, programs: Callable[[str], Call], indi
     # In [0, s-1], 64-bit host indices convert exactly to the int32 of x64 off, unless an axis
     # is longer than int32 addresses; there they saturate as in every mode (narrow_host_indices).
     narrow = max(plan.index_sizes) > _bounds.INT32_MAX
+    normalised_inline = _bounds.normalising_is_inline(indices.size)
 
     def checked(data: Any, indices: Any) -> Any:
         if type(data) is np.ndarray:
@@ -138,11 +139,12 @@ def make_call(plan: GatherPlan, mode: str, programs: Callable[[str], Call], indi
             if verdict == _bounds.IN_BOUNDS:
                 return programs("promise_in_bounds")(data, _narrowed(indices))
         elif not test(host):
-            # Normalised here even where that makes a JAX array's indices a new transfer (a
-            # few microseconds; not where a transfer guard refuses it): the program that
-            # normalises them counts 3 flops an index, which sends one of more than 333
-            # indices to JAX's worker thread.
-            moved = _bounds.normalised_on_host(plan, host) if numpy or _transfers_allowed() else None
+            # A JAX array's indices are normalised here only where the program that normalises
+            # them would go to JAX's worker thread (3 flops an index: from 334), and a transfer
+            # guard allows the new transfer: measured on 64 ids, 17 µs by that program on the
+            # calling thread and 21 µs normalised here; on 1600, 70 µs and 23 µs.
+            host_pays = numpy or (not normalised_inline and _transfers_allowed())
+            moved = _bounds.normalised_on_host(plan, host) if host_pays else None
             if moved is None:
                 _bounds.raise_if_out_of_bounds(plan, host)
                 return programs("promise_in_bounds")(data, _narrowed(indices))
