@@ -187,6 +187,7 @@ def _validated(
     """``_run`` past the eager calls' cache: every argument validated, then the eager call
     (remembered under ``key``) or the jitted op. ``staged``: the indices are constants in a
     trace and out of bounds, to be judged by the checked check in the program."""
+    given = (data, indices, mode)
     mode = check_mode(op_name, mode)
     data = _as_data(op_name, data)
     if _strings.is_string_dtype(data.dtype):
@@ -209,6 +210,8 @@ def _validated(
             _eager.ARRAY_TYPES.add(type(data))
         if isinstance(indices, jax.Array):
             _eager.ARRAY_TYPES.add(type(indices))
+        if key is None:  # the first call with JAX's array type: its signature is known now
+            key = _eager.signature(plan_fn, given[0], given[1], attribute, given[2], fill_value)
         # The checked mode's programs never fill: concrete indices are proven in bounds first.
         programs = _programs(plan, fill_bytes if mode == "fill" else None)
         call = _eager.make_call(plan, mode, programs, indices)

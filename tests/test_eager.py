@@ -170,6 +170,22 @@ def test_negative_numpy_indices_either_side_of_the_host_normalisation(size):
     np.testing.assert_array_equal(ids, before)  # normalised into a new array
 
 
+def test_the_first_call_with_jax_arrays_is_remembered(monkeypatch):
+    # JAX's array type becomes a type a signature may hold at the first call that sees it: that
+    # call is remembered, so the second is served from its program without validating again.
+    monkeypatch.setattr(_eager, "ARRAY_TYPES", {np.ndarray})
+    monkeypatch.setattr(_eager, "_calls", {})
+    validated = []
+    real = ops._validated
+    monkeypatch.setattr(ops, "_validated", lambda *args: validated.append(1) or real(*args))
+    data, ids = jnp.asarray(make_data((5, 3), np.float32, 0)), jnp.asarray([4, -5, 0])
+    for _ in range(3):
+        np.testing.assert_array_equal(
+            jax_gather.gather(data, ids), reference.gather(np.asarray(data), [4, -5, 0], 0)
+        )
+    assert validated == [1]
+
+
 def test_negative_indices_of_a_cpu_array_are_normalised_on_the_host_unless_transfers_are_guarded():
     # Normalised on the host, they reuse the program of indices in [0, s-1] (no flops: run on
     # the calling thread); under a transfer guard the program normalises them, as jnp's would.
