@@ -88,6 +88,16 @@ def _apply(
     mode: str,
     fill_bytes: bytes | None = None,
 ) -> jax.Array:
+    """The op as one jitted program: ``plan``'s gather of ``data`` at ``indices`` in ``mode``.
+
+    Every argument is already validated (``_validated``): ``indices`` of an integer dtype and
+    the plan's shape, ``mode`` one of the four public modes or "in_range" (indices proven in
+    [0, s-1] on the host, gathered with no arithmetic). The fill is ``fill`` (traced), or
+    ``fill_bytes`` (a concrete fill's bytes, static like jnp.take's), or None where the mode
+    reads none. While jax2onnx converts (``ONNX_FORM``), the ONNX nodes the op stands for;
+    otherwise the library's program (``_library_form``). ``inline``: inside a user's ``jit``
+    it adds no call of its own.
+    """
     if fill_bytes is not None:
         fill = np.frombuffer(fill_bytes, data.dtype).reshape(())
     if ONNX_FORM is not None and ONNX_FORM.value:
@@ -160,6 +170,15 @@ def _run(
     mode: str,
     fill_value: Any,
 ) -> jax.Array | np.ndarray:
+    """The body of the three public ops: ``plan_fn(data.shape, indices.shape, attribute)``'s
+    gather of ``data`` at ``indices`` in ``mode``.
+
+    An eager call whose signature (``_eager.signature``) was validated before goes straight to
+    its remembered call, which tests the indices and runs one jitted program. Anything else
+    (a first call, tracers, lists, strings, errors) takes ``_validated``. An eager call's
+    IndexError inside an open trace (constants in a branch of ``lax.cond``) is not raised: the
+    indices are then judged in the program, where the op runs.
+    """
     key = _eager.signature(plan_fn, data, indices, attribute, mode, fill_value)
     call = _eager.lookup(key)
     if call is not None:  # this signature was checked before: straight to its program
