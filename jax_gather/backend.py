@@ -147,7 +147,7 @@ class JaxGatherRep(BackendRep):
         if self._program is not None and not kwargs:
             known = self._program.run_known(inputs)
             if known is not None:
-                return known
+                return _numpy_outputs(known, self._copied)
         _no_options("run", kwargs)
         feeds = _feeds(self._graph, inputs)
         with x64_enabled(), jax.default_device(self._device):
@@ -744,8 +744,8 @@ class _Program:
     program, which returns one flag for all of them. Any failure, of a test or of a plan,
     sends the run node by node (``_evaluate``), which raises the op's error naming the node.
 
-    A signature of NumPy inputs that ran with every index in [0, s-1] is remembered with its
-    run (:meth:`run_known`): later runs of it test the index inputs and call the program.
+    A signature of NumPy inputs that ran is remembered (:meth:`run_known`): later runs of it
+    test the index inputs and call the program, with nothing validated or planned again.
     """
 
     def __init__(self, graph: _Graph, device: jax.Device) -> None:
@@ -764,9 +764,9 @@ class _Program:
         # Fed signatures that ran: their steps, and their run where every index is in [0, s-1].
         self._known: dict[tuple, tuple[tuple[_Step, ...], Callable[[tuple], Any] | None]] = {}
         self._host_constants = tuple(graph.constants.values())
+        self._origin = _origins(graph)
         self._index_only = _index_only(graph, self._sources)
         self._inputs_fed = (True,) * len(graph.inputs) + (False,) * len(graph.constants)
-        self._copied = _passed_through(graph)
 
     @staticmethod
     def can_run(graph: _Graph) -> bool:
@@ -774,7 +774,7 @@ class _Program:
         strings = any(t == TensorProto.STRING for t in graph.input_types.values())
         return not strings and not any(_strings.is_string_dtype(c.dtype) for c in graph.constants.values())
 
-    def run_known(self, inputs: Any) -> list[np.ndarray] | None:
+    def run_known(self, inputs: Any) -> tuple[jax.Array, ...] | None:
         """The outputs for ``inputs`` as ``run`` gives them, where they are NumPy arrays of a
         signature (shapes and dtypes) that :meth:`run` has run; else None, for the full path.
         Nothing is validated again: the signature was, and only the values can differ."""
@@ -803,9 +803,7 @@ class _Program:
         if outputs is None:  # an index input out of [0, s-1]: every case, step by step
             with x64_enabled(), jax.default_device(self._device):
                 outputs = self._execute(values + self._host_constants, self._inputs_fed, steps)
-            if outputs is None:
-                return None
-        return _numpy_outputs(outputs, self._copied)
+        return outputs
 
     def _in_range_run(self, steps: tuple[_Step, ...], signature: tuple) -> Callable[[tuple], Any] | None:
         """For a signature's steps, the run of fed inputs where every index input is in
@@ -816,7 +814,8 @@ class _Program:
         names, fed, on_cpu = self._graph.inputs, self._inputs_fed, self._on_cpu
         # Whether an input of the signature is of a size JAX's CPU client copies on a worker
         # thread (only those may get an aligned or narrowed copy: _eager.aligned_for_cpu).
-        copied = lambda i: math.prod(signature[i][0]) * signature[i][1].itemsize >= _eager.CPU_COPIED_INLINE
+        inline = _eager.CPU_COPIED_INLINE
+        client_copies = lambda i: math.prod(signature[i][0]) * signature[i][1].itemsize >= inline
         checks, modes, taken = [], [], []
         for plan, source, test in steps:
             if source is None or test is None:
@@ -833,10 +832,10 @@ class _Program:
             replaced = self._index_only[position]
             taken.append(position if replaced else _NORMALISED)
             # Narrowed or aligned copies only where they may be made (by size, as in _execute).
-            checks.append((position, test, plan if on_cpu and copied(position) else None, replaced))
+            checks.append((position, test, plan if on_cpu and client_copies(position) else None, replaced))
         program = self._program(tuple(modes), tuple(taken), len(self._sources))
         constants = tuple(self._constants[name] for name in self._sources[len(names) :])
-        aligned = tuple(i for i in range(len(names)) if on_cpu and copied(i))
+        aligned = tuple(i for i in range(len(names)) if on_cpu and client_copies(i))
         device = self._device
 
         def run(values: tuple) -> Any:
@@ -903,9 +902,10 @@ class _Program:
         Each gather node whose indices are a source has them tested here, as eager calls
         test theirs (jax_gather._eager): in one pass where every index is in [0, s-1], then
         gathered as they are; small ones with negatives normalised here, larger ones after a
-        minimum and a maximum judge them, in the program. Fed indices are the program's
-        arguments of their own, so that a run with negatives and one without share a
-        program; indices the graph computes are tested in the program (one flag comes back).
+        minimum and a maximum judge them, in the program. A fed input read only as indices
+        is replaced by its tested copy (normalised, narrowed, or itself), any other's copy is
+        an argument of its own, so that a run with negatives and one without share a program;
+        indices the graph computes are tested in the program (one flag comes back).
         """
         assert self._constants is not None
         on_cpu = self._on_cpu
@@ -968,14 +968,11 @@ class _Program:
             return known  # type: ignore[return-value]
         shapes = {name: shape for name, (shape, _) in zip(self._sources, signature)}
         dtypes = {name: dtype for name, (_, dtype) in zip(self._sources, signature)}
-        origin = {name: name for name in self._sources}  # through Identity nodes
         steps: list[_Step] = []
         result: tuple[_Step, ...] | None
         for node in self._graph.nodes:
             if node.op_type == "Identity":
                 shapes[node.output] = shapes[node.inputs[0]]
-                if node.inputs[0] in origin:
-                    origin[node.output] = origin[node.inputs[0]]
                 continue
             data, indices = node.inputs
             try:
@@ -984,7 +981,7 @@ class _Program:
                 result = None
                 break
             shapes[node.output] = plan.output_shape
-            source = origin.get(indices)
+            source = self._origin.get(indices)
             test = (
                 None
                 if source is None
@@ -1026,36 +1023,39 @@ class _Program:
         return tuple(env[name] for name in self._graph.outputs), ok
 
 
+def _origins(graph: _Graph) -> dict[str, str]:
+    """Each name that is a graph input or constant, or one of them through Identity nodes,
+    with that input or constant."""
+    origin = {name: name for name in (*graph.input_types, *graph.constants)}
+    for node in graph.nodes:
+        if node.op_type == "Identity" and node.inputs[0] in origin:
+            origin[node.output] = origin[node.inputs[0]]
+    return origin
+
+
 def _index_only(graph: _Graph, sources: tuple[str, ...]) -> tuple[bool, ...]:
     """For each source, whether the graph reads it only as the indices of one gather node
     (through Identity nodes): a run may then give the program its tested, normalised or
     narrowed copy in its place, rather than both (an argument the program does not read still
     costs its dispatch about 2.5 µs)."""
-    origin = {name: name for name in sources}
+    origin = _origins(graph)
     reads: dict[str, int] = dict.fromkeys(sources, 0)
-    other: set[str] = set()
+    other = {origin[name] for name in graph.outputs if name in origin}
     for node in graph.nodes:
-        if node.op_type == "Identity":
-            if node.inputs[0] in origin:
-                origin[node.output] = origin[node.inputs[0]]
-            continue
-        data, indices = node.inputs
-        if data in origin:
-            other.add(origin[data])
-        if indices in origin:
-            reads[origin[indices]] += 1
-    other.update(origin[name] for name in graph.outputs if name in origin)
+        if node.op_type != "Identity":
+            data, indices = node.inputs
+            if data in origin:
+                other.add(origin[data])
+            if indices in origin:
+                reads[origin[indices]] += 1
     return tuple(reads[name] == 1 and name not in other for name in sources)
 
 
 def _passed_through(graph: _Graph) -> tuple[bool, ...]:
     """For each output, whether it is a graph input or constant (through Identity nodes): a
     view of it would be the caller's array, or the model's."""
-    sources = set(graph.input_types) | set(graph.constants)
-    for node in graph.nodes:
-        if node.op_type == "Identity" and node.inputs[0] in sources:
-            sources.add(node.output)
-    return tuple(name in sources for name in graph.outputs)
+    origin = _origins(graph)
+    return tuple(name in origin for name in graph.outputs)
 
 
 def _numpy_outputs(outputs: Any, copied: tuple[bool, ...]) -> list[np.ndarray]:
