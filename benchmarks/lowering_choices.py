@@ -34,7 +34,7 @@ import numpy as np
 from jax import lax
 
 import jax_gather
-from jax_gather import _bounds, _cpu, _lowering, bench, plans
+from jax_gather import _cpu, _lowering, _traced_bounds, bench, plans
 from jax_gather._x64 import x64_enabled
 
 Fn = Callable[[jax.Array, jax.Array], jax.Array]
@@ -134,7 +134,10 @@ def _fill_select(plan_fn: Callable[..., plans.GatherPlan], attribute: int, signe
             ok = (i >= -sizes) & (i < sizes)
             idx = jnp.clip(jnp.where(i < 0, i + sizes, i), 0, sizes - 1)
         else:
-            ok, idx = _bounds.in_bounds_mask(plan, i), _bounds.working_indices(plan, i, clip=False)
+            ok, idx = (
+                _traced_bounds.in_bounds_mask(plan, i),
+                _traced_bounds.working_indices(plan, i, clip=False),
+            )
         ok = jnp.all(ok, axis=-1) if plan.tuple_indices else ok
         idx = idx if plan.tuple_indices else idx[..., None]
         return jnp.where(ok, _lowering.direct(d, idx, plan), jnp.zeros((), d.dtype))

@@ -1,17 +1,20 @@
-"""The CPU lowerings, and the one function that picks them for a plan.
+"""The CPU lowerings, and the table that picks them for a plan.
 
 The generic lowering (:mod:`jax_gather._lowering`) is one ``lax.gather`` on in-bounds index
 vectors, a select of ``fill_value`` after it for "fill", and JAX's own derivative. For some plans
-XLA:CPU compiles parts of that to slow code, and a lowering here replaces them. :func:`lowering`
-picks them, once per trace, and returns them as a :class:`Lowering`; nothing outside this module
-knows why.
+XLA:CPU compiles parts of that to slow code, and a lowering here replaces them. Each is one row
+of ``ROWS``: its name, the part it replaces (``forward``, ``derivative`` or ``fill``), the rule
+that says when it applies, and what it puts in that part; for each part the first row whose
+rule holds wins. :func:`lowering` reads the table once per plan and returns a
+:class:`jax_gather._lowering.Lowering`; nothing outside this module knows why. Adding or
+deleting a lowering is adding or deleting its row (and its functions below).
 
-Each lowering is named in ``LOWERINGS``, applies only on the CPU platform (through
-``lax.platform_dependent``: other platforms, and exports for them, get the generic program),
-and rests on one fact about XLA:CPU or JAX's CPU runtime, stated where it is used. For each
-fact, ``tests/test_cpu_facts.py`` has a canary that fails when the fact stops holding; then
-``without(name)`` (what ``benchmarks/lowering_choices.py`` times each lowering against) shows
-whether the lowering still pays, and docs/design.md says how to delete it.
+Each lowering applies only on the CPU platform (through ``lax.platform_dependent``: other
+platforms, and exports for them, get the generic program), and rests on one fact about XLA:CPU
+or JAX's CPU runtime, stated where it is used. For each fact, ``tests/test_cpu_facts.py`` has a
+canary that fails when the fact stops holding; then ``without(name)`` (what
+``benchmarks/lowering_choices.py`` times each lowering against) shows whether the lowering
+still pays, and docs/design.md says how to delete it.
 
 Every lowering needs JAX 0.7.0 or later, whose ``platform_dependent`` keeps only the branch of
 the platform it lowers for (older releases would put both gathers in the program), and static
@@ -30,7 +33,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +42,8 @@ from jax import lax
 from jax._src import core as _jax_core
 from jax.interpreters import batching, mlir
 
+from jax_gather._cpu_client import INLINE_FLOPS
+from jax_gather._lowering import GENERIC, PROMISE, Lowering, direct
 from jax_gather._x64 import x64_enabled, x64_on
 from jax_gather.plans import GatherPlan, gather_plan
 
@@ -46,21 +51,6 @@ try:
     from jax.extend.core import Primitive
 except ImportError:  # pragma: no cover - JAX before 0.4.36
     from jax.core import Primitive  # type: ignore[no-redef,attr-defined]
-
-PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
-
-GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
-FillFn = Callable[[jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
-
-LOWERINGS = (
-    "short_rows_in_bytes",
-    "linear_derivative",
-    "moved_axis_derivative",
-    "batched_nd_fill_from_pad",
-    "short_lookup_fill_from_pad",
-    "columns_by_written_indices",
-    "column_fill_from_pad",
-)
 
 # Fact: XLA:CPU copies a slice row of 16 to 64 elements with a loop that LLVM unrolls into scalar
 # moves, with no vector instruction; rows of 80 or more it vectorises.
@@ -71,9 +61,6 @@ SHORT_ROWS = range(16, 65)
 # the generic loop runs as one task. Measured over the grid (docs/performance.md): 64 KiB
 # 1.4-2.6x slower, 128 KiB level, 256 KiB and up 0.5-0.8x.
 SHORT_ROWS_MIN_BYTES = 256 << 10
-# Fact: JAX's CPU client runs a program on the calling thread when XLA's cost analysis counts
-# fewer than this many flops in it, and hands any other to a worker thread and waits.
-INLINE_FLOPS = 1000
 # The index arithmetic costs at most 7 flops per index component (int64 indices), so a row
 # lookup of this many components stays under INLINE_FLOPS once it has no select of the fill.
 _INDEX_FLOPS = 7
@@ -83,38 +70,126 @@ SHORT_LOOKUP_INDICES = 128
 COLUMN_ROWS = 8
 
 
-def direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    """The plan's ``lax.gather`` on in-bounds index vectors: the generic lowering's, and what
-    each lowering here ends in, on its own data and indices."""
-    return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
-
-
 @dataclasses.dataclass(frozen=True)
-class Lowering:
-    """What replaces the generic lowering of one plan on CPU; ``None`` where nothing does.
+class Site:
+    """What a row's rule reads: the plan, data's static shape and dtype, the x64 setting and
+    the number of CPU devices of the process."""
 
-    Attributes:
-      forward: ``forward(data, idx, plan)``, the gather on in-bounds index vectors ``idx``.
-      derivative: ``derivative(data, idx, plan)``, the same gather computed another way, whose
-        transpose the backward pass runs.
-      fill: ``fill(data, slots, fill, plan)``, the result of "fill" from index vectors ``slots``
-        that send every out-of-bounds index one past the end of its axis.
-      names: the names (in ``LOWERINGS``) of the lowerings that gave these.
-    """
+    plan: GatherPlan
+    shape: tuple
+    dtype: np.dtype
+    x64: bool
+    cpu_devices: int
 
-    forward: GatherFn | None = None
-    derivative: GatherFn | None = None
-    fill: FillFn | None = None
-    names: frozenset[str] = frozenset()
+    @property
+    def one_device(self) -> bool:
+        return self.cpu_devices == 1
+
+    @property
+    def elements(self) -> bool:
+        """Every output element is one element of data (no slice dims)."""
+        return not self.plan.dimension_numbers.offset_dims
+
+    @property
+    def components(self) -> int:
+        return _index_components(self.plan)
 
 
-GENERIC = Lowering()
+class Row(NamedTuple):
+    name: str
+    part: str  # the field of Lowering it gives: "forward", "derivative" or "fill"
+    applies: Callable[[Site], bool]
+    make: Callable[[Site], Any]  # the function for that field
+
+
+def _short_rows(site: Site) -> bool:
+    """Rows of 16-64 elements taken whole, for an output of SHORT_ROWS_MIN_BYTES or more: below,
+    the tasks cost more than the copy saves."""
+    plan, shape, dtype = site.plan, site.shape, site.dtype
+    rows = _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
+    return rows and _output_bytes(plan, dtype) >= SHORT_ROWS_MIN_BYTES
+
+
+def _columns(site: Site) -> bool:
+    """A Gather along the last axis of 1- or 2-byte data, where XLA widens its indices. Not for
+    a short lookup: the reduce-window's flops would send it over INLINE_FLOPS. On one device,
+    the only place it was measured. For 1- and 2-byte data only: with 4 bytes and more an element
+    is read in the time of its index (float32 on an AMD EPYC with AVX-512: 0.85-1.06 without /
+    with, 0.79-0.84 with the padded fill, where int8 gained 1.07-1.21)."""
+    columns = _reads_columns(site.shape, site.plan) and site.one_device
+    columns = columns and site.components > SHORT_LOOKUP_INDICES and site.dtype.itemsize <= 2
+    return columns and xla_widens_column_indices()  # a CPU's fact: asked last, once a process
+
+
+def _off_leading_axis(site: Site) -> bool:
+    """A Gather along an axis other than the first, unbatched (the moved axis's rows are whole
+    slices of data)."""
+    dn = site.plan.dimension_numbers
+    return site.plan.op_name == "Gather" and dn.start_index_map != (0,) and not dn.operand_batching_dims
+
+
+def _linear(site: Site) -> Any:
+    """The dtype of one linear index into data, for an element gather on one device; else None."""
+    if not (site.elements and len(site.shape) >= 2 and site.one_device):
+        return None
+    return _linear_index_dtype(site.shape, site.x64)
+
+
+def _pads(site: Site) -> bool:
+    """Whether data may be padded with the fill: on one device, and not for the narrow floats.
+    Fact: XLA:CPU gathers bfloat16 as float32 and the float8 types as float16, between two
+    converts, which in the padded loop widen and round each element on its own (bfloat16:
+    measured slower than the select) and rewrite a NaN's payload (float8; the select is of the
+    bits). Nor for sub-byte integers, which XLA:CPU converts to bytes over all of the padded data
+    (flops XLA counts: a lookup of one row went to a worker thread)."""
+    return site.one_device and not _narrow_float(site.dtype) and not _sub_byte_integer(site.dtype)
+
+
+def _batched_nd_elements(site: Site) -> bool:
+    """GatherND elements after batch dims."""
+    dn = site.plan.dimension_numbers
+    return _pads(site) and site.elements and site.plan.tuple_indices and bool(dn.operand_batching_dims)
+
+
+def _short_lookup(site: Site) -> bool:
+    """A lookup of rows with at most SHORT_LOOKUP_INDICES index components, only where the select
+    would take it over INLINE_FLOPS (one flop per output element, a few per index component);
+    below, the select is as cheap, and XLA counts the padded data among the pad's bytes and
+    splits its loop into a task per core (one row: 1.26x jnp's time)."""
+    select_flops = math.prod(site.plan.output_shape) + _INDEX_FLOPS * site.components
+    short = not site.elements and site.components <= SHORT_LOOKUP_INDICES
+    return _pads(site) and short and select_flops >= INLINE_FLOPS
+
+
+def _unit(site: Site) -> Any:
+    return jnp.uint4 if site.dtype.itemsize == 1 else jnp.uint8
+
+
+ROWS = (
+    Row("columns_by_written_indices", "forward", _columns, lambda s: _columns_by_written_indices),
+    Row(
+        "short_rows_in_bytes",
+        "forward",
+        _short_rows,
+        lambda s: functools.partial(_rows_in_units, unit=_unit(s)),
+    ),
+    Row("moved_axis_derivative", "derivative", _off_leading_axis, lambda s: _rows_of_moved_axis),
+    Row(
+        "linear_derivative",
+        "derivative",
+        lambda s: _linear(s) is not None,
+        lambda s: functools.partial(_by_linear_index, dtype=_linear(s)),
+    ),
+    Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: _read_fill_from_pad),
+    Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: _read_fill_from_pad),
+    Row("column_fill_from_pad", "fill", lambda s: _pads(s) and _columns(s), lambda s: _column_fill_from_pad),
+)
+LOWERINGS = tuple(row.name for row in ROWS)
 
 
 def lowering(plan: GatherPlan, shape: tuple, dtype: Any) -> Lowering:
     """The CPU lowering of ``plan`` for data of ``shape`` and ``dtype`` (cached)."""
-    x64 = x64_on()
-    return _choose(plan, tuple(shape), np.dtype(dtype), x64, _cpu_devices(), _disabled)
+    return _choose(Site(plan, tuple(shape), np.dtype(dtype), x64_on(), _cpu_devices()), _disabled)
 
 
 @contextlib.contextmanager
@@ -157,71 +232,16 @@ def _cpu_devices() -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def _choose(
-    plan: GatherPlan, shape: tuple, dtype: np.dtype, x64: bool, cpu_devices: int, disabled: frozenset
-) -> Lowering:
-    if not PLATFORM_DEPENDENT_PRUNES or not _static(shape, plan.output_shape):
+def _choose(site: Site, disabled: frozenset) -> Lowering:
+    """For each part, the first row not ``disabled`` whose rule holds."""
+    if not PLATFORM_DEPENDENT_PRUNES or not _static(site.shape, site.plan.output_shape):
         return GENERIC
-    names: set[str] = set()
-
-    def use(name: str, applies: bool) -> bool:
-        if applies and name not in disabled:
-            names.add(name)
-            return True
-        return False
-
-    one_device = cpu_devices == 1
-    elements = not plan.dimension_numbers.offset_dims  # every output element one element of data
-    forward: GatherFn | None = None
-    derivative = fill = None
-
-    # Only for an output of SHORT_ROWS_MIN_BYTES or more: below, the tasks cost more than the
-    # copy saves.
-    short_rows = _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
-    if use("short_rows_in_bytes", short_rows and _output_bytes(plan, dtype) >= SHORT_ROWS_MIN_BYTES):
-        forward = functools.partial(_rows_in_units, unit=jnp.uint4 if dtype.itemsize == 1 else jnp.uint8)
-
-    # Not for a short lookup: the reduce-window's flops would send it over INLINE_FLOPS. On one
-    # device, the only place it was measured. For 1- and 2-byte data only: with 4 bytes and more
-    # an element is read in the time of its index (float32 on an AMD EPYC with AVX-512: 0.85-1.06
-    # without / with, 0.79-0.84 with the padded fill, where int8 gained 1.07-1.21).
-    columns = _reads_columns(shape, plan) and one_device and _index_components(plan) > SHORT_LOOKUP_INDICES
-    columns = columns and dtype.itemsize <= 2 and xla_widens_column_indices()  # a CPU's fact: asked
-    if use("columns_by_written_indices", columns):
-        forward = _columns_by_written_indices
-
-    linear = _linear_index_dtype(shape, x64) if elements and len(shape) >= 2 and one_device else None
-    dn = plan.dimension_numbers  # (the moved axis's rows are whole slices of unbatched data)
-    off_leading_axis = (
-        plan.op_name == "Gather" and dn.start_index_map != (0,) and not dn.operand_batching_dims
-    )
-    if use("moved_axis_derivative", off_leading_axis):
-        derivative = _rows_of_moved_axis
-    elif use("linear_derivative", linear is not None):
-        derivative = functools.partial(_by_linear_index, dtype=linear)
-
-    # Not for the narrow floats. Fact: XLA:CPU gathers bfloat16 as float32 and the float8 types as
-    # float16, between two converts, which in the padded loop widen and round each element on its
-    # own (bfloat16: measured slower than the select) and rewrite a NaN's payload (float8; the
-    # select is of the bits). Nor for sub-byte integers, which XLA:CPU converts to bytes over all
-    # of the padded data (flops XLA counts: a lookup of one row went to a worker thread).
-    pads = one_device and not _narrow_float(dtype) and not _sub_byte_integer(dtype)
-    # Only where the select would take the lookup over INLINE_FLOPS (one flop per output element,
-    # a few per index component); below, the select is as cheap, and XLA counts the padded data
-    # among the pad's bytes and splits its loop into a task per core (one row: 1.26x jnp's time).
-    components = _index_components(plan)
-    select_flops = math.prod(plan.output_shape) + _INDEX_FLOPS * components
-    short_lookup = not elements and components <= SHORT_LOOKUP_INDICES and select_flops >= INLINE_FLOPS
-    batched_nd_elements = (
-        elements and plan.tuple_indices and bool(plan.dimension_numbers.operand_batching_dims)
-    )
-    if use("batched_nd_fill_from_pad", pads and batched_nd_elements) or use(
-        "short_lookup_fill_from_pad", pads and short_lookup
-    ):
-        fill = _read_fill_from_pad
-    elif use("column_fill_from_pad", pads and columns):
-        fill = _column_fill_from_pad
-    return Lowering(forward, derivative, fill, frozenset(names))
+    parts: dict[str, Any] = {}
+    for row in ROWS:
+        if row.part not in parts and row.name not in disabled and row.applies(site):
+            parts[row.part] = (row.name, row.make(site))
+    functions = {part: function for part, (_, function) in parts.items()}
+    return Lowering(**functions, names=frozenset(name for name, _ in parts.values()))
 
 
 def _sub_byte_integer(dtype: np.dtype) -> bool:

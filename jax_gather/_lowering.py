@@ -1,49 +1,90 @@
 """Each op's one ``lax.gather``, the select of "fill" after it, and its derivative.
 
 The generic lowering, on every platform: in-bounds index vectors (built here, and only here, by
-:func:`jax_gather._bounds.index_vectors`), one ``lax.gather`` with the plan's dimension numbers
-in ``PROMISE_IN_BOUNDS`` mode (every mode has already brought its indices into range, so JAX's
-own index checks never flag a position a mode handles on purpose), a select of ``fill_value``
-by the in-bounds mask for "fill", and JAX's derivative. Where :func:`jax_gather._cpu.lowering`
-returns a part to replace on CPU, this module puts it in a ``lax.platform_dependent`` beside
-the generic part and gives it the derivative it names; it never asks why.
+:func:`jax_gather._traced_bounds.index_vectors`), one ``lax.gather`` with the plan's dimension
+numbers in ``PROMISE_IN_BOUNDS`` mode (every mode has already brought its indices into range, so
+JAX's own index checks never flag a position a mode handles on purpose), a select of
+``fill_value`` by the in-bounds mask for "fill", and JAX's derivative. The caller passes a
+:class:`Lowering`: the parts to replace on CPU (:func:`jax_gather._cpu.lowering` picks them),
+which this module puts in a ``lax.platform_dependent`` beside the generic part, with the
+derivative it names; it never asks why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Callable
 
 import jax
 from jax import lax
 
-from jax_gather import _bounds, _cpu
-from jax_gather._cpu import GatherFn, Lowering, direct
+from jax_gather._fill import select_exact
+from jax_gather._traced_bounds import in_range_vectors, index_vectors
 from jax_gather.plans import GatherPlan
+
+PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
+
+GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
+FillFn = Callable[[jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
+
+
+def direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    """The plan's ``lax.gather`` on in-bounds index vectors: the generic lowering's, and what
+    each CPU lowering ends in, on its own data and indices."""
+    return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    """What replaces the generic lowering of one plan on CPU; ``None`` where nothing does.
+
+    Attributes:
+      forward: ``forward(data, idx, plan)``, the gather on in-bounds index vectors ``idx``.
+      derivative: ``derivative(data, idx, plan)``, the same gather computed another way, whose
+        transpose the backward pass runs.
+      fill: ``fill(data, slots, fill, plan)``, the result of "fill" from index vectors ``slots``
+        that send every out-of-bounds index one past the end of its axis.
+      names: the names (in ``jax_gather._cpu.LOWERINGS``) of the lowerings that gave these.
+    """
+
+    forward: GatherFn | None = None
+    derivative: GatherFn | None = None
+    fill: FillFn | None = None
+    names: frozenset[str] = frozenset()
+
+
+GENERIC = Lowering()
 
 
 def gather(
-    data: jax.Array, indices: jax.Array, plan: GatherPlan, *, clip: bool, in_range: bool = False
+    data: jax.Array,
+    indices: jax.Array,
+    plan: GatherPlan,
+    low: Lowering,
+    *,
+    clip: bool,
+    unclamped: bool = False,
+    in_range: bool = False,
 ) -> jax.Array:
     """The gather of ``plan`` on the raw ``indices``: with ``clip`` each clamped into range (first
-    to the nearest end of [-s, s-1]), otherwise promised to be in bounds; with ``in_range``,
-    indices known to be in [0, s-1] are read as they are."""
-    low = _cpu.lowering(plan, data.shape, data.dtype)
+    to the nearest end of [-s, s-1]), otherwise promised to be in bounds (``unclamped``: only
+    normalised, see :func:`jax_gather._traced_bounds.clamp_pays`); with ``in_range``, indices
+    known to be in [0, s-1] are read as they are."""
     if in_range:
-        return _gather(data, _bounds.in_range_vectors(plan, indices), plan, low)
-    unclamped = not clip and not _bounds.clamp_pays(plan, indices, data.dtype)
-    return _gather(data, _bounds.index_vectors(plan, indices, clip=clip, unclamped=unclamped), plan, low)
+        return _gather(data, in_range_vectors(plan, indices), plan, low)
+    return _gather(data, index_vectors(plan, indices, clip=clip, unclamped=unclamped), plan, low)
 
 
 def gather_or_fill(
-    data: jax.Array, indices: jax.Array, ok: jax.Array, fill: jax.Array, plan: GatherPlan
+    data: jax.Array, indices: jax.Array, ok: jax.Array, fill: jax.Array, plan: GatherPlan, low: Lowering
 ) -> jax.Array:
     """The gather of "fill": ``fill`` wherever ``ok`` (one flag per index, or per index tuple)
     is False."""
-    low = _cpu.lowering(plan, data.shape, data.dtype)
-    idx = _bounds.index_vectors(plan, indices, clip=False)
+    idx = index_vectors(plan, indices, clip=False)
     if low.fill is None:
         return _select_fill(data, idx, ok, fill, plan, low)
-    slots = _bounds.index_vectors(plan, indices, clip=False, past_end=True)
+    slots = index_vectors(plan, indices, clip=False, past_end=True)
 
     def generic(data, idx, slots, ok, fill):
         return _select_fill(data, idx, ok, fill, plan, low)
@@ -92,7 +133,7 @@ def _masked(ok: jax.Array, out: jax.Array, fill: jax.Array, plan: GatherPlan) ->
     offset_dims = plan.dimension_numbers.offset_dims
     batch_positions = tuple(d for d in range(len(plan.output_shape)) if d not in offset_dims)
     mask = lax.broadcast_in_dim(ok, plan.output_shape, batch_positions)
-    return _bounds.select_exact(mask, out, fill)
+    return select_exact(mask, out, fill)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jax_gather._checks import fail
+from jax_gather._arguments import fail
 
 NO_POSITION = -1  # what the "fill" mode gives out-of-bounds indices: never a real position
 

@@ -18,7 +18,7 @@ import warnings
 
 import numpy as np
 
-from jax_gather._checks import fail
+from jax_gather._arguments import fail
 
 # glibc <malloc.h>
 _M_TRIM_THRESHOLD = -1

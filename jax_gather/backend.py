@@ -39,8 +39,11 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("jax_gather.backend needs the onnx package: pip install 'jax_gather[onnx]'") from error
 
-from jax_gather import _bounds, _eager, _strings, ops
-from jax_gather._checks import fail
+from jax_gather import _strings, ops
+from jax_gather._arguments import Mode, fail, named_for
+from jax_gather._cpu_client import CPU_COPIED_INLINE, aligned_for_cpu, narrowed_for_cpu
+from jax_gather._host_bounds import Verdict, in_range_test, judged
+from jax_gather._traced_bounds import in_bounds
 from jax_gather._x64 import x64_enabled
 from jax_gather.plans import gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -813,17 +816,16 @@ class _Program:
         assert self._constants is not None
         names, fed, on_cpu = self._graph.inputs, self._inputs_fed, self._on_cpu
         # Whether an input of the signature is of a size JAX's CPU client copies on a worker
-        # thread (only those may get an aligned or narrowed copy: _eager.aligned_for_cpu).
-        inline = _eager.CPU_COPIED_INLINE
-        client_copies = lambda i: math.prod(signature[i][0]) * signature[i][1].itemsize >= inline
+        # thread (only those may get an aligned or narrowed copy: aligned_for_cpu).
+        client_copies = lambda i: math.prod(signature[i][0]) * signature[i][1].itemsize >= CPU_COPIED_INLINE
         checks, modes, taken = [], [], []
         for plan, source, test in steps:
             if source is None or test is None:
-                modes.append("checked")
+                modes.append(Mode.CHECKED)
                 taken.append(_COMPUTED)
                 continue
             position = self._sources.index(source)
-            modes.append("in_range")
+            modes.append(Mode.IN_RANGE)
             if not fed[position]:
                 if not test(self._graph.constants[source]):
                     return None
@@ -842,14 +844,14 @@ class _Program:
             extra = []
             arguments = list(values)
             for i in aligned:
-                arguments[i] = _eager.aligned_for_cpu(values[i], True)
+                arguments[i] = aligned_for_cpu(values[i], True)
             for position, test, plan, replaced in checks:
                 indices = values[position]
                 if not test(indices):
                     return None
                 if plan is not None:
-                    narrow = _eager.narrowed_for_cpu(indices, plan)
-                    given = _eager.aligned_for_cpu(indices if narrow is None else narrow, True)
+                    narrow = narrowed_for_cpu(indices, plan)
+                    given = aligned_for_cpu(indices if narrow is None else narrow, True)
                     if replaced:
                         arguments[position] = given
                     else:
@@ -899,10 +901,10 @@ class _Program:
         """The program on ``host`` (a NumPy array per source, ``fed`` where the run feeds it,
         else the model's constant), or None where an index is out of bounds.
 
-        Each gather node whose indices are a source has them tested here, as eager calls
-        test theirs (jax_gather._eager): in one pass where every index is in [0, s-1], then
-        gathered as they are; small ones with negatives normalised here, larger ones after a
-        minimum and a maximum judge them, in the program. A fed input read only as indices
+        Each gather node whose indices are a source has them judged here, as eager calls
+        judge theirs (jax_gather._host_bounds.judged): in one pass where every index is in
+        [0, s-1], then gathered as they are; small ones with negatives normalised here, larger
+        ones after a minimum and a maximum judge them, in the program. A fed input read only as indices
         is replaced by its tested copy (normalised, narrowed, or itself), any other's copy is
         an argument of its own, so that a run with negatives and one without share a program;
         indices the graph computes are tested in the program (one flag comes back).
@@ -910,39 +912,36 @@ class _Program:
         assert self._constants is not None
         on_cpu = self._on_cpu
         values = [
-            _eager.aligned_for_cpu(v, on_cpu) if is_fed else self._constants[n]
+            aligned_for_cpu(v, on_cpu) if is_fed else self._constants[n]
             for n, v, is_fed in zip(self._sources, host, fed)
         ]
         modes, taken, extra = [], [], []
         for plan, source, in_range in steps:
             if source is None or in_range is None:
-                modes.append("checked")  # tested in the program
+                modes.append(Mode.CHECKED)  # tested in the program
                 taken.append(_COMPUTED)
                 continue
             position = self._sources.index(source)
             indices = host[position]
             is_fed = fed[position]
-            mode, given = "in_range", indices
-            if in_range(indices):
-                narrow = _eager.narrowed_for_cpu(indices, plan) if on_cpu and is_fed else None
-                given = indices if narrow is None else narrow
-            elif indices.size > _eager.SMALL_HOST_INDICES:
-                if _bounds.judge_on_host(plan, indices) == _bounds.OUT_OF_BOUNDS:
-                    return None
-                mode = "promise_in_bounds"
-            else:
-                given = _bounds.normalised_on_host(plan, indices)
-                if given is None:
-                    return None  # out of bounds
+            verdict, moved = judged(plan, indices, in_range, normalise=True)
+            if verdict is Verdict.OUT_OF_BOUNDS:
+                return None
+            mode, given = Mode.PROMISE_IN_BOUNDS, indices  # normalised in the program
+            if moved is not None:  # in [0, s-1]: as given, or normalised on the host
+                mode, given = Mode.IN_RANGE, moved
+                if moved is indices and on_cpu and is_fed:
+                    narrow = narrowed_for_cpu(indices, plan)
+                    given = indices if narrow is None else narrow
             modes.append(mode)
             if given is indices and not is_fed:
                 taken.append(position)  # a constant in [0, s-1]: on the device already
             elif is_fed and self._index_only[position]:
                 taken.append(position)  # in place of the input, which nothing else reads
-                values[position] = _eager.aligned_for_cpu(given, on_cpu)
+                values[position] = aligned_for_cpu(given, on_cpu)
             else:
                 taken.append(_NORMALISED)
-                extra.append(_eager.aligned_for_cpu(given, on_cpu))
+                extra.append(aligned_for_cpu(given, on_cpu))
         try:
             outputs, ok = self._program(tuple(modes), tuple(taken), len(values))(*values, *extra)
         except (IndexError, TypeError, ValueError):
@@ -951,7 +950,7 @@ class _Program:
             return None
         return outputs
 
-    def _program(self, modes: tuple[str, ...], taken: tuple[int, ...], sources: int) -> Callable[..., Any]:
+    def _program(self, modes: tuple[Mode, ...], taken: tuple[int, ...], sources: int) -> Callable[..., Any]:
         """The jitted graph for these modes and index sources, taking the ``sources`` values
         and then the normalised indices as positional arguments."""
         program = self._programs.get((modes, taken))
@@ -982,11 +981,7 @@ class _Program:
                 break
             shapes[node.output] = plan.output_shape
             source = self._origin.get(indices)
-            test = (
-                None
-                if source is None
-                else _bounds.in_range_test(plan, dtypes[source], math.prod(shapes[source]))
-            )
+            test = None if source is None else in_range_test(plan, dtypes[source], math.prod(shapes[source]))
             steps.append(_Step(plan, source, test))
         else:
             result = tuple(steps)
@@ -996,7 +991,7 @@ class _Program:
         return result
 
     def _trace(
-        self, values: tuple, normalised: tuple, *, modes: tuple[str, ...], taken: tuple[int, ...]
+        self, values: tuple, normalised: tuple, *, modes: tuple[Mode, ...], taken: tuple[int, ...]
     ) -> tuple[tuple[jax.Array, ...], Any]:
         """The graph on ``values`` (one per source); each gather node's indices, its ``mode``
         and where they are taken from (``taken``) as :meth:`run` decided."""
@@ -1015,10 +1010,10 @@ class _Program:
             else:
                 indices = next(extra) if where == _NORMALISED else values[where]
             plan = _PLANS[node.op_type](data.shape, indices.shape, node.attribute)
-            if mode == "checked":
-                flags.append(jnp.all(_bounds.in_bounds(plan, indices)))
-                mode = "promise_in_bounds"
-            env[node.output] = ops._apply(data, indices, None, plan=plan, mode=mode)
+            if mode is Mode.CHECKED:
+                flags.append(jnp.all(in_bounds(plan, indices)))
+                mode = Mode.PROMISE_IN_BOUNDS
+            env[node.output] = ops.op_program(data, indices, None, plan=plan, mode=mode)
         ok = jnp.all(jnp.stack(flags)) if flags else None
         return tuple(env[name] for name in self._graph.outputs), ok
 
@@ -1066,11 +1061,8 @@ def _numpy_outputs(outputs: Any, copied: tuple[bool, ...]) -> list[np.ndarray]:
 
 def _in_node(error: Exception, node: _Node) -> Exception:
     """The op's error, naming the node: "Gather node 'g1': indices[1] = 7 is out of ..."."""
-    prefix = f"{node.op_type}: "
-    message = str(error)
-    if type(error) not in (IndexError, TypeError, ValueError) or not message.startswith(prefix):
-        return error
-    return type(error)(f"{node.label}: {message[len(prefix) :]}")
+    renamed = named_for(error, node.op_type, node.label)
+    return error if renamed is None else renamed
 
 
 def _as_jax(value: Any) -> Any:

@@ -36,8 +36,10 @@ import numpy as np
 from jax import export, lax
 from jax.interpreters import ad, batching, mlir
 
-from jax_gather import _bounds, ops
-from jax_gather._cpu import PROMISE
+from jax_gather import ops
+from jax_gather._arguments import Mode
+from jax_gather._lowering import PROMISE
+from jax_gather._traced_bounds import axis_sizes
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
 try:
@@ -77,7 +79,7 @@ def _abstract_eval(data: Any, indices: Any, *, op_name: str, attribute: int) -> 
 
 def _evaluate(data: Any, indices: Any, *, op_name: str, attribute: int) -> Any:
     plan = _plan(data, indices, op_name, attribute)
-    return ops.library_program(data, indices, None, plan=plan, mode="promise_in_bounds")
+    return ops.library_program(data, indices, None, plan=plan, mode=Mode.PROMISE_IN_BOUNDS)
 
 
 def _coordinates(plan: GatherPlan, indices: Any) -> tuple[Any, lax.GatherDimensionNumbers]:
@@ -88,7 +90,7 @@ def _coordinates(plan: GatherPlan, indices: Any) -> tuple[Any, lax.GatherDimensi
     dnums = plan.dimension_numbers
     if indices.dtype not in (jnp.int32, jnp.int64):
         indices = indices.astype(jnp.int32)
-    sizes = _bounds._sizes(plan, indices.dtype)
+    sizes = axis_sizes(plan, indices.dtype)
     if not plan.tuple_indices:
         indices = indices.reshape(indices.shape + (1,))
     idx = jnp.where(indices < 0, indices + sizes, indices)
@@ -192,7 +194,7 @@ def _valid_range(plan: GatherPlan, dtype: Any) -> tuple[Any, Any]:
     where the whole of that side of the dtype is valid: no compare is needed there)."""
     info = jnp.iinfo(dtype)
     if _symbolic(plan):  # the indices are in the node's dtype, or a wide unsigned one
-        sizes = _bounds._sizes(plan, dtype)
+        sizes = axis_sizes(plan, dtype)
         return (None if info.min == 0 else -sizes), sizes - 1
     sizes = np.asarray(plan.index_sizes, np.int64)
     low, high = np.maximum(-sizes, info.min), np.minimum(sizes - 1, min(info.max, _INT64_MAX))
@@ -269,8 +271,8 @@ def _filled(plan: GatherPlan, ok: Any, out: Any, fill: Any) -> Any:
     return jnp.where(mask, out.astype(select_as), fill.astype(select_as)).astype(dtype)
 
 
-def onnx_form(data: Any, indices: Any, fill: Any, *, plan: GatherPlan, mode: str) -> Any:
-    """The op as ``ops._apply`` traces it while jax2onnx converts (``ops.ONNX_FORM``): the modes
+def onnx_form(data: Any, indices: Any, fill: Any, *, plan: GatherPlan, mode: Mode) -> Any:
+    """The op as ``ops.op_program`` traces it while jax2onnx converts (``ops.ONNX_FORM``): the modes
     as ONNX ops around ``onnx_gather``."""
     trivial = ops.without_gather(data, indices, fill, plan, mode)
     if trivial is not None:
@@ -280,11 +282,11 @@ def onnx_form(data: Any, indices: Any, fill: Any, *, plan: GatherPlan, mode: str
         node = functools.partial(_gather_with_batch_dims, axis=_attribute(plan), batch_dims=batch_dims)
     else:
         node = functools.partial(onnx_gather, op_name=plan.op_name, attribute=_attribute(plan))
-    if _symbolic(plan) and mode in ("clip", "fill") and not _wide_unsigned(indices.dtype):
+    if _symbolic(plan) and mode in (Mode.CLIP, Mode.FILL) and not _wide_unsigned(indices.dtype):
         indices = _node_indices(indices)  # where s and -s surely fit
-    if mode == "clip":
+    if mode is Mode.CLIP:
         return node(data, _clipped(plan, indices))
-    if mode != "fill":  # checked, promise_in_bounds, in_range: ONNX's own rules
+    if mode is not Mode.FILL:  # checked, promise_in_bounds, in_range: ONNX's own rules
         if indices.dtype == jnp.uint64:  # saturated, so that the node's cast to int64 keeps
             indices = jnp.minimum(indices, np.uint64(_INT64_MAX))  # them out of range
         return node(data, indices)

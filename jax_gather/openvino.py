@@ -22,9 +22,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_gather import _bounds, _strings, ops
-from jax_gather._check_primitive import check_indices
-from jax_gather._checks import canonical_axis, check_mode, fail, static_int, under_a_trace
+from jax_gather import _strings, ops
+from jax_gather._arguments import canonical_axis, check_mode, fail, named_for, static_int, under_a_trace
+from jax_gather._host_bounds import narrow_host_indices
+from jax_gather._index_check import check_indices
+from jax_gather._traced_bounds import first_false
 
 _GATHER_VERSIONS = (1, 7, 8)
 _GATHER_ND_VERSIONS = (5, 8)
@@ -35,11 +37,10 @@ def _versioned(op_name: str, version: int, call: Callable[[], Any]) -> Any:
     try:
         return call()
     except (IndexError, TypeError, ValueError) as error:
-        prefix = f"{op_name}: "
-        message = str(error)
-        if type(error) not in (IndexError, TypeError, ValueError) or not message.startswith(prefix):
+        renamed = named_for(error, op_name, f"{op_name}-{version}")
+        if renamed is None:
             raise
-        raise type(error)(f"{op_name}-{version}: {message[len(prefix) :]}") from None
+        raise renamed from None
 
 
 def _strings_in(data: Any) -> bool:
@@ -82,12 +83,12 @@ def _in_range_only(name: str, indices: Any, size: Any, mode: str) -> Any:
                 raise IndexError(f"{name}: {at} = {value} {rule}{why}")
             # Constants in a trace (a branch of lax.cond may never run): judged in the program.
             traced, xp = True, jnp
-            indices = jnp.asarray(_bounds.narrow_host_indices(host))  # saturated: still out
+            indices = jnp.asarray(narrow_host_indices(host))  # saturated: still out
     if mode == "checked" and traced and indices.size:
         # The whole range, so that the first index out of it is reported here, in these words,
         # and never by the op's own check on the value a negative index is rewritten to below.
         ok = (indices >= 0) & (indices < size)
-        pos, first = _bounds._first_false(ok)
+        pos, first = first_false(ok)
         value = jnp.max(jnp.where(first, indices, jnp.iinfo(indices.dtype).min))
         at = "indices" + ("[" + ", ".join(["{}"] * indices.ndim) + "]" if indices.ndim else "")
         message = f"{name}: {at} = {{}} {rule} ({name} takes no negative indices, nor any past the end)"
@@ -132,7 +133,7 @@ def gather(
         raise fail(ValueError, name, f"has no batch_dims (Gather-7 and -8 do), got batch_dims={batch_dims!r}")
     if mode is None:
         mode = "fill" if version == 8 else "checked"
-    mode = check_mode(name, mode)
+    mode = check_mode(name, mode).value
     if version == 8 and fill_value is None and not _strings_in(data):
         fill_value = 0  # Gather-8's value for out-of-range indices, whatever fills them
 

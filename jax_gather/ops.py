@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -12,8 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather import _bounds, _eager, _lowering, _strings
-from jax_gather._checks import check_mode, fail, static_int, under_a_trace
+from jax_gather import _cpu, _eager, _lowering, _strings
+from jax_gather._arguments import Mode, check_mode, fail, static_int, under_a_trace
+from jax_gather._fill import fill_scalar
+from jax_gather._host_bounds import Verdict, check_index_dtype, host_indices, judge, narrow_host_indices
+from jax_gather._traced_bounds import check_in_bounds, clamp_pays, in_bounds_mask
 from jax_gather._x64 import x64_enabled_if
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -43,13 +46,13 @@ def _as_data(op_name: str, data: Any) -> Any:
 def _as_indices(op_name: str, indices: Any) -> tuple[Any, Any]:
     """The indices for the gather, and a host copy when they are concrete (None when traced)."""
     if isinstance(indices, jax.core.Tracer):
-        _bounds.check_index_dtype(op_name, indices.dtype)
+        check_index_dtype(op_name, indices.dtype)
         return indices, None
     if isinstance(indices, jax.Array):
-        _bounds.check_index_dtype(op_name, indices.dtype)
+        check_index_dtype(op_name, indices.dtype)
         # Copied to the host only if a check needs it, and only if this process holds it all.
         return indices, indices if indices.is_fully_addressable else None
-    host = _bounds.host_indices(op_name, indices)  # JAX takes no swapped bytes, nor the host tests
+    host = host_indices(op_name, indices)  # JAX takes no swapped bytes, nor the host tests
     return host, host
 
 
@@ -79,24 +82,24 @@ ONNX_FORM = _user_context()
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "mode", "fill_bytes"), inline=True)
-def _apply(
+def op_program(
     data: jax.Array,
     indices: jax.Array,
     fill: Any,
     *,
     plan: GatherPlan,
-    mode: str,
+    mode: Mode,
     fill_bytes: bytes | None = None,
 ) -> jax.Array:
     """The op as one jitted program: ``plan``'s gather of ``data`` at ``indices`` in ``mode``.
 
-    Every argument is already validated (``_validated``): ``indices`` of an integer dtype and
-    the plan's shape, ``mode`` one of the four public modes or "in_range" (indices proven in
-    [0, s-1] on the host, gathered with no arithmetic). The fill is ``fill`` (traced), or
-    ``fill_bytes`` (a concrete fill's bytes, static like jnp.take's), or None where the mode
-    reads none. While jax2onnx converts (``ONNX_FORM``), the ONNX nodes the op stands for;
-    otherwise the library's program (``_library_form``). ``inline``: inside a user's ``jit``
-    it adds no call of its own.
+    Every argument is already validated: ``indices`` of an integer dtype and the plan's shape,
+    ``mode`` a :class:`Mode` (``Mode.IN_RANGE`` for indices proven in [0, s-1], gathered with
+    no arithmetic). The fill is ``fill`` (traced), or ``fill_bytes`` (a concrete fill's bytes,
+    static like jnp.take's), or None where the mode reads none. While jax2onnx converts
+    (``ONNX_FORM``), the ONNX nodes the op stands for; otherwise the library's program
+    (:func:`library_program`). ``inline``: inside a user's ``jit`` it adds no call of its own.
+    The backend's program calls it for each gather node, with the mode its host test chose.
     """
     if fill_bytes is not None:
         fill = np.frombuffer(fill_bytes, data.dtype).reshape(())
@@ -107,21 +110,20 @@ def _apply(
     return _library_form(data, indices, fill, plan=plan, mode=mode)
 
 
-def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: GatherPlan, mode: str) -> Any:
+def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: GatherPlan, mode: Mode) -> Any:
     """The library's program for the op: the bounds mask and check the mode needs, then one
     gather (or the CPU lowering chosen for it)."""
     # Trace-time invariants between the plan and the operands (cheap: shapes only).
     batch_rank = len(plan.output_shape) - len(plan.dimension_numbers.offset_dims)
     chex.assert_rank(data, len(plan.slice_sizes))
     chex.assert_rank(indices, batch_rank + plan.tuple_indices)
-    fills = mode in ("fill", "checked")
     # A promise is checked too, for jax_gather.checked; outside checkify the check and its mask
     # compile to nothing.
-    checks = mode in ("checked", "promise_in_bounds")
-    ok: Any = _bounds.in_bounds_mask(plan, indices) if fills or checks else None
+    checks = mode in (Mode.CHECKED, Mode.PROMISE_IN_BOUNDS)
+    ok: Any = in_bounds_mask(plan, indices) if mode.fills or checks else None
     if checks:
-        indices = _bounds.check_in_bounds(plan, indices, ok)
-    if fills and plan.tuple_indices:
+        indices = check_in_bounds(plan, indices, ok)
+    if mode.fills and plan.tuple_indices:
         ok = jnp.all(ok, axis=-1)  # a tuple is in bounds when every component is
 
     trivial = without_gather(data, indices, fill, plan, mode)
@@ -130,10 +132,15 @@ def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: Gathe
 
     if plan.data_block is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_block)
-    if fills:
-        out = _lowering.gather_or_fill(data, indices, ok, fill, plan)
+    low = _cpu.lowering(plan, data.shape, data.dtype)
+    if mode.fills:
+        out = _lowering.gather_or_fill(data, indices, ok, fill, plan, low)
     else:
-        out = _lowering.gather(data, indices, plan, clip=mode == "clip", in_range=mode == "in_range")
+        clip = mode is Mode.CLIP
+        unclamped = not clip and not clamp_pays(plan, indices, data.dtype)
+        out = _lowering.gather(
+            data, indices, plan, low, clip=clip, unclamped=unclamped, in_range=mode is Mode.IN_RANGE
+        )
     chex.assert_shape(out, plan.output_shape)
     return out
 
@@ -142,17 +149,17 @@ def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: Gathe
 library_program = jax.jit(_library_form, static_argnames=("plan", "mode"), inline=True)
 
 
-def without_gather(data: Any, indices: Any, fill: Any, plan: GatherPlan, mode: str) -> jax.Array | None:
+def without_gather(data: Any, indices: Any, fill: Any, plan: GatherPlan, mode: Mode) -> jax.Array | None:
     """The result where no element is read (an empty output, or "fill" on an empty indexed
     axis), else None; raises where no index can be valid."""
-    if 0 in plan.index_sizes and 0 not in indices.shape and mode != "fill":
+    if 0 in plan.index_sizes and 0 not in indices.shape and mode is not Mode.FILL:
         # Statically known: no index is valid on an empty axis, so even traced indices fail.
         axis = plan.dimension_numbers.start_index_map[plan.index_sizes.index(0)]
         raise fail(
             IndexError,
             plan.op_name,
             f"indices must be empty to index axis {axis} of size 0 (no index is valid), "
-            f"got indices of shape {tuple(indices.shape)} in mode {mode!r}",
+            f"got indices of shape {tuple(indices.shape)} in mode {mode.value!r}",
         )
     if 0 in plan.output_shape:
         return jnp.zeros(plan.output_shape, data.dtype)
@@ -167,17 +174,19 @@ def _run(
     data: Any,
     indices: Any,
     attribute: Any,
-    mode: str,
+    mode: Any,
     fill_value: Any,
 ) -> jax.Array | np.ndarray:
     """The body of the three public ops: ``plan_fn(data.shape, indices.shape, attribute)``'s
     gather of ``data`` at ``indices`` in ``mode``.
 
     An eager call whose signature (``_eager.signature``) was validated before goes straight to
-    its remembered call, which tests the indices and runs one jitted program. Anything else
-    (a first call, tracers, lists, strings, errors) takes ``_validated``. An eager call's
-    IndexError inside an open trace (constants in a branch of ``lax.cond``) is not raised: the
-    indices are then judged in the program, where the op runs.
+    its remembered call, which tests the indices and runs one jitted program. Anything else is
+    validated (``_validated``: errors, lists, strings, a first call) and then takes one of two
+    paths: an eager call (concrete data and indices, a concrete fill) is made, remembered and
+    run (``_eager_call``); anything in a trace becomes the op in the trace (``_traced``). An
+    eager call's IndexError inside an open trace (constants in a branch of ``lax.cond``) is not
+    raised: the indices are then judged in the program, where the op runs.
     """
     key = _eager.signature(plan_fn, data, indices, attribute, mode, fill_value)
     call = _eager.lookup(key)
@@ -188,8 +197,42 @@ def _run(
             if not under_a_trace():
                 raise
         # Constants in a trace (a branch of lax.cond may never run): judged in the program.
-        return _validated(plan_fn, op_name, data, indices, attribute, mode, fill_value, None, True)
-    return _validated(plan_fn, op_name, data, indices, attribute, mode, fill_value, key, False)
+        mode = check_mode(op_name, mode)
+        return _traced(
+            _validated(plan_fn, op_name, _as_data(op_name, data), indices, attribute, mode, fill_value)
+        )
+    checked_mode = check_mode(op_name, mode)
+    given_data, data = data, _as_data(op_name, data)
+    if _strings.is_string_dtype(data.dtype):
+        return _gather_strings(plan_fn, op_name, data, indices, attribute, checked_mode, fill_value)
+    op = _validated(plan_fn, op_name, data, indices, attribute, checked_mode, fill_value)
+    if op.eager:
+        if key is None:  # the first call with JAX's array type: its signature is known once registered
+            _eager.register(op.data, op.indices)
+            key = _eager.signature(plan_fn, given_data, indices, attribute, mode, fill_value)
+        try:
+            return _eager_call(op, key)
+        except IndexError:
+            if not under_a_trace():
+                raise
+    return _traced(op)
+
+
+class _Validated(NamedTuple):
+    """One call's arguments, validated: what both paths take."""
+
+    plan: GatherPlan
+    data: Any  # a jax.Array, a tracer, or NumPy in native byte order
+    indices: Any  # the same kinds, of an integer dtype
+    concrete: Any  # the indices where they are concrete and this process holds them, else None
+    mode: Mode
+    fill: Any  # a traced fill, or None
+    fill_bytes: bytes | None  # a concrete fill's bytes (static in the program), or None
+
+    @property
+    def eager(self) -> bool:
+        """Whether the call is eager: everything its program reads but data is concrete."""
+        return self.concrete is not None and self.fill is None and not isinstance(self.data, jax.core.Tracer)
 
 
 def _validated(
@@ -198,25 +241,16 @@ def _validated(
     data: Any,
     indices: Any,
     attribute: Any,
-    mode: str,
+    mode: Mode,
     fill_value: Any,
-    key: tuple | None,
-    staged: bool,
-) -> jax.Array | np.ndarray:
-    """``_run`` past the eager calls' cache: every argument validated, then the eager call
-    (remembered under ``key``) or the jitted op. ``staged``: the indices are constants in a
-    trace and out of bounds, to be judged by the checked check in the program."""
-    given = (data, indices, mode)
-    mode = check_mode(op_name, mode)
-    data = _as_data(op_name, data)
-    if _strings.is_string_dtype(data.dtype):
-        return _gather_strings(plan_fn, op_name, data, indices, attribute, mode, fill_value)
+) -> _Validated:
+    """The indices, the plan and the fill checked (data and mode already are)."""
     indices, concrete = _as_indices(op_name, indices)
     plan = plan_fn(data.shape, indices.shape, attribute)
     dtype = jax.dtypes.canonicalize_dtype(data.dtype)
     # Checked in every mode, so a bad fill_value is refused even where the mode ignores it.
-    fill: Any = _bounds.fill_scalar(op_name, fill_value, dtype)
-    if mode not in ("fill", "checked"):
+    fill: Any = fill_scalar(op_name, fill_value, dtype)
+    if not mode.fills:
         fill = None
     # A concrete fill is static, as jnp.take's is: no transfer on every call (which would also
     # trip jax.transfer_guard) and no eager dispatch to make it an array. Its bytes are the key,
@@ -224,48 +258,47 @@ def _validated(
     fill_bytes = None
     if isinstance(fill, np.ndarray):
         fill, fill_bytes = None, fill.tobytes()
-    if concrete is not None and fill is None and not staged and not isinstance(data, jax.core.Tracer):
-        if isinstance(data, jax.Array):
-            _eager.ARRAY_TYPES.add(type(data))
-        if isinstance(indices, jax.Array):
-            _eager.ARRAY_TYPES.add(type(indices))
-        if key is None:  # the first call with JAX's array type: its signature is known now
-            key = _eager.signature(plan_fn, given[0], given[1], attribute, given[2], fill_value)
-        # The checked mode's programs never fill: concrete indices are proven in bounds first.
-        programs = _programs(plan, fill_bytes if mode == "fill" else None)
-        call = _eager.make_call(plan, mode, programs, indices)
-        if key is not None:
-            _eager.remember(key, call)
-        try:
-            return call(data, indices)
-        except IndexError:
-            if not under_a_trace():
-                raise
-    if mode == "checked" and concrete is not None:  # concrete indices in a trace
-        host = np.asarray(concrete)
-        if _bounds.in_range_on_host(plan, host):
-            mode = "in_range"  # proven in [0, s-1]: gathered as they are
+    return _Validated(plan, data, indices, concrete, mode, fill, fill_bytes)
+
+
+def _eager_call(op: _Validated, key: tuple | None) -> jax.Array:
+    """An eager call: its call made (``_eager.make_call``), remembered under ``key``, and run."""
+    # The checked mode's programs never fill: concrete indices are proven in bounds first.
+    programs = _programs(op.plan, op.fill_bytes if op.mode is Mode.FILL else None)
+    call = _eager.make_call(op.plan, op.mode, programs, op.indices)
+    if key is not None:
+        _eager.remember(key, call)
+    return call(op.data, op.indices)
+
+
+def _traced(op: _Validated) -> jax.Array:
+    """The op in a trace: ``op_program`` on traced arguments, or on constants inside a trace.
+    Concrete indices in the checked mode are judged on the host where they are in bounds
+    (gathered as they are, or normalised); out of bounds they are judged where the op runs, as
+    traced indices are: the checked check in the program (a branch never taken raises nothing;
+    under jax_gather.checked one taken raises the eager error), the "fill" result without
+    checkify."""
+    mode, fill, fill_bytes = op.mode, op.fill, op.fill_bytes
+    if mode is Mode.CHECKED and op.concrete is not None:
+        verdict = judge(op.plan, np.asarray(op.concrete))
+        if verdict is not Verdict.OUT_OF_BOUNDS:  # nothing to fill
+            mode = Mode.IN_RANGE if verdict is Verdict.IN_RANGE else Mode.PROMISE_IN_BOUNDS
             fill, fill_bytes = None, None
-        elif _bounds.judge_on_host(plan, host) != _bounds.OUT_OF_BOUNDS:
-            mode = "promise_in_bounds"  # proven in bounds: normalised, and nothing to fill
-            fill, fill_bytes = None, None
-        # Else judged where the op runs, as traced indices are: the checked check in the
-        # program (a branch never taken raises nothing; under jax_gather.checked one taken
-        # raises the eager error) and the "fill" result without checkify.
+    indices = op.indices
     if isinstance(indices, np.ndarray):
-        indices = _bounds.narrow_host_indices(indices)
-    return _apply(data, indices, fill, plan=plan, mode=mode, fill_bytes=fill_bytes)
+        indices = narrow_host_indices(indices)
+    return op_program(op.data, indices, fill, plan=op.plan, mode=mode, fill_bytes=fill_bytes)
 
 
 @functools.lru_cache(maxsize=256)
-def _programs(plan: GatherPlan, fill_bytes: bytes | None) -> Callable[[str], Any]:
+def _programs(plan: GatherPlan, fill_bytes: bytes | None) -> Callable[[Mode], Any]:
     """The jitted op for each mode of an eager call with this plan and fill (``fill_bytes``,
     read in "fill" only): everything static bound in, so JAX dispatches it on its C++ path."""
 
     @functools.cache
-    def program(mode: str) -> Any:
-        fill = fill_bytes if mode == "fill" else None
-        return jax.jit(functools.partial(_apply, fill=None, plan=plan, mode=mode, fill_bytes=fill))
+    def program(mode: Mode) -> Any:
+        fill = fill_bytes if mode is Mode.FILL else None
+        return jax.jit(functools.partial(op_program, fill=None, plan=plan, mode=mode, fill_bytes=fill))
 
     return program
 
@@ -276,7 +309,7 @@ def _gather_strings(
     data: np.ndarray,
     indices: Any,
     attribute: Any,
-    mode: str,
+    mode: Mode,
     fill_value: Any,
 ) -> np.ndarray:
     """String data, which JAX has no dtype for: the numeric op gathers the positions of an
@@ -284,10 +317,10 @@ def _gather_strings(
     error is the numeric one; NumPy then takes the strings there."""
     _strings.check_concrete(op_name, indices=indices, fill_value=fill_value)
     # Like numeric data, fill_value is only read (and checked) where a position may be filled.
-    fill = _strings.fill_string(op_name, fill_value if mode in ("fill", "checked") else None, data.dtype)
+    fill = _strings.fill_string(op_name, fill_value if mode.fills else None, data.dtype)
     iota = _strings.positions(data)
     with x64_enabled_if(iota.dtype == np.int64):
-        taken = _run(plan_fn, op_name, iota, indices, attribute, mode, _strings.NO_POSITION)
+        taken = _run(plan_fn, op_name, iota, indices, attribute, mode.value, _strings.NO_POSITION)
     _strings.check_eager(op_name, taken)
     taken = np.asarray(taken)
     return _strings.take(data, taken, fill)

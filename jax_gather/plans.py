@@ -22,7 +22,7 @@ from typing import Any
 
 from jax import export, lax
 
-from jax_gather._checks import canonical_axis, dim_greater, fail, rank_at_least, static_int
+from jax_gather._arguments import canonical_axis, dim_greater, fail, rank_at_least, static_int
 
 Dim = Any  # an int, or a symbolic dim of jax.export
 Shape = tuple[Dim, ...]

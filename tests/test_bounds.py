@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import jax_gather
-from jax_gather import _bounds
+from jax_gather import _traced_bounds
 from tests.compat import enable_x64
 
 I32 = np.iinfo(np.int32)
@@ -41,7 +41,7 @@ def _check(size: int, indices: list[int], dtype) -> None:
     for run in (lambda f: f, jax.jit):
         ok = run(lambda i: jax_gather.in_bounds(plan, i))(idx)
         for clip in (False, True):
-            got = np.asarray(run(lambda i: _bounds.working_indices(plan, i, clip=clip))(idx))
+            got = np.asarray(run(lambda i: _traced_bounds.working_indices(plan, i, clip=clip))(idx))
             want_ok, reads = _expected(indices, size, clip)
             np.testing.assert_array_equal(np.asarray(ok), want_ok, err_msg=f"size {size}")
             for i, g, r in zip(indices, got.tolist(), reads):

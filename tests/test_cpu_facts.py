@@ -24,7 +24,7 @@ import pytest
 from jax import lax
 
 import jax_gather
-from jax_gather import _bounds, _cpu, _eager, _lowering, plans
+from jax_gather import _cpu, _cpu_client, _lowering, _traced_bounds, plans
 from tests.compat import enable_x64
 
 CPU = jax.devices("cpu")[0]
@@ -123,8 +123,10 @@ def _flops(compiled) -> float:
 
 @pytest.mark.skipif(jax.config.read("jax_cpu_enable_async_dispatch") is False, reason="synchronous dispatch")
 def test_the_cpu_client_runs_programs_under_inline_flops_on_the_calling_thread():
-    assert _ready_on_return(_cpu.INLINE_FLOPS - 1)
-    assert not _ready_on_return(_cpu.INLINE_FLOPS), "JAX's CPU client changed where it runs short programs"
+    assert _ready_on_return(_cpu_client.INLINE_FLOPS - 1)
+    assert not _ready_on_return(_cpu_client.INLINE_FLOPS), (
+        "JAX's CPU client changed where it runs short programs"
+    )
 
 
 @needs_cpu_lowerings
@@ -134,7 +136,7 @@ def test_a_short_lookup_stays_under_inline_flops(mode, index_dtype):
     with enable_x64(index_dtype == np.int64):
         data, ids = np.zeros((50000, 512), np.float32), np.zeros(_cpu.SHORT_LOOKUP_INDICES, index_dtype)
         lookup = jax.jit(lambda d, i: jax_gather.gather(d, i, 0, mode=mode))
-        assert _flops(lookup.lower(*_on_cpu(data, ids)).compile()) < _cpu.INLINE_FLOPS
+        assert _flops(lookup.lower(*_on_cpu(data, ids)).compile()) < _cpu_client.INLINE_FLOPS
 
 
 @needs_cpu_lowerings
@@ -143,12 +145,12 @@ def test_rows_in_bytes_count_flops_over_all_of_data():
     data, idx = np.zeros((1000, 64), np.float32), np.zeros((64, 1), np.int32)
     plan = plans.gather_plan(data.shape, (64,), 0)
     in_bytes = functools.partial(_cpu._rows_in_units, plan=plan, unit=jnp.uint8)
-    assert _flops(jax.jit(in_bytes).lower(*_on_cpu(data, idx)).compile()) >= _cpu.INLINE_FLOPS
+    assert _flops(jax.jit(in_bytes).lower(*_on_cpu(data, idx)).compile()) >= _cpu_client.INLINE_FLOPS
     direct = functools.partial(_lowering.direct, plan=plan)
-    assert _flops(jax.jit(direct).lower(*_on_cpu(data, idx)).compile()) < _cpu.INLINE_FLOPS
+    assert _flops(jax.jit(direct).lower(*_on_cpu(data, idx)).compile()) < _cpu_client.INLINE_FLOPS
 
 
-# ---- NumPy arrays handed to the CPU client (jax_gather._eager.aligned_for_cpu) -----------------
+# ---- NumPy arrays handed to the CPU client (jax_gather._cpu_client.aligned_for_cpu) -----------------
 
 
 def _numpy_at(nbytes: int, offset: int) -> np.ndarray:
@@ -163,8 +165,8 @@ def test_the_cpu_client_aliases_numpy_arrays_aligned_to_cpu_alignment():
     assert np.shares_memory(np.asarray(jax.device_put(aligned, CPU)), aligned)
     misaligned = _numpy_at(1 << 20, 16)  # NumPy's own alignment
     assert not np.shares_memory(np.asarray(jax.device_put(misaligned, CPU)), misaligned)
-    copy = _eager.aligned_for_cpu(misaligned, True)
-    assert copy.ctypes.data % _eager.CPU_ALIGNMENT == 0 and np.array_equal(copy, misaligned)
+    copy = _cpu_client.aligned_for_cpu(misaligned, True)
+    assert copy.ctypes.data % _cpu_client.CPU_ALIGNMENT == 0 and np.array_equal(copy, misaligned)
 
 
 def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
@@ -177,7 +179,7 @@ def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
         placed.block_until_ready()
         return ready
 
-    assert all(ready_on_return(_eager.CPU_COPIED_INLINE - 64) for _ in range(10))
+    assert all(ready_on_return(_cpu_client.CPU_COPIED_INLINE - 64) for _ in range(10))
     large = sum(ready_on_return(64 << 20) for _ in range(10))
     assert large < 10, "the CPU client copies large arrays on the calling thread"
 
@@ -375,7 +377,7 @@ def _dims(data_shape, indices_shape):
     return plan.dimension_numbers, plan.slice_sizes
 
 
-# ---- index arithmetic of a promise (jax_gather._bounds.working_indices) -------------------------
+# ---- index arithmetic of a promise (jax_gather._traced_bounds.working_indices) -------------------------
 
 
 @pytest.mark.parametrize("n", [200, 333])
@@ -392,7 +394,7 @@ def test_a_promise_of_few_indices_runs_where_jnps_does(n, op):
         ours = lambda d, i: jax_gather.gather_nd(d, i, mode="promise_in_bounds")
         theirs = lambda d, i: d.at[i[:, 0]].get(mode="promise_in_bounds")
     flops = lambda f: _flops(jax.jit(f).lower(*_on_cpu(data, ids)).compile())
-    assert flops(theirs) < _cpu.INLINE_FLOPS and flops(ours) <= flops(theirs)
+    assert flops(theirs) < _cpu_client.INLINE_FLOPS and flops(ours) <= flops(theirs)
     np.testing.assert_array_equal(
         np.asarray(jax.jit(ours)(data, ids)), np.asarray(jax.jit(theirs)(data, ids))
     )
@@ -403,18 +405,18 @@ def _split_into_tasks(fn, *args) -> bool:
 
 
 def test_a_promise_of_a_small_element_gather_is_not_split_into_tasks():
-    # Why the clamp is left out below _bounds._SPLIT_ANYWAY_BYTES of output: its two flops per
+    # Why the clamp is left out below _traced_bounds._SPLIT_ANYWAY_BYTES of output: its two flops per
     # component take an int8 element gather past one flop per byte, and XLA:CPU splits such a
     # loop into a task per core (what jnp's program of the same gather is not).
     data, tuples = np.zeros((64, 64), np.int8), make_tuples(8192)
     plan = plans.gather_nd_plan(data.shape, tuples.shape)
-    clamped = lambda d, i: _lowering.direct(d, _bounds.index_vectors(plan, i, clip=False), plan)
+    clamped = lambda d, i: _lowering.direct(d, _traced_bounds.index_vectors(plan, i, clip=False), plan)
     ours = lambda d, i: jax_gather.gather_nd(d, i, mode="promise_in_bounds")
     theirs = lambda d, i: d.at[i[:, 0], i[:, 1]].get(mode="promise_in_bounds")
     assert _split_into_tasks(clamped, data, tuples), "XLA no longer splits the clamped loop"
     assert not _split_into_tasks(ours, data, tuples) and not _split_into_tasks(theirs, data, tuples)
-    assert not _bounds.clamp_pays(plan, tuples, data.dtype)
-    assert _bounds.clamp_pays(
+    assert not _traced_bounds.clamp_pays(plan, tuples, data.dtype)
+    assert _traced_bounds.clamp_pays(
         plans.gather_nd_plan((1024, 1024), (1 << 20, 2)), np.zeros((1 << 20, 2)), np.int8
     )
 

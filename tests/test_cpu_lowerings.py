@@ -16,7 +16,7 @@ from jax import export
 from jax.test_util import check_grads
 
 import jax_gather
-from jax_gather import _cpu, plans
+from jax_gather import _cpu, _lowering, plans
 from tests import reference
 from tests.compat import enable_x64
 from tests.programs import bits, module_for, random_bits
@@ -123,7 +123,7 @@ def test_symbolic_dims_take_the_generic_lowering():
         ((3, 4), plans.gather_nd_plan((3, 4), (n, 2))),
         ((n, 4), plans.gather_elements_plan((n, 4), (n, 4), 1)),
     ]:
-        assert _cpu.lowering(plan, shape, np.float32) is _cpu.GENERIC
+        assert _cpu.lowering(plan, shape, np.float32) is _lowering.GENERIC
 
 
 def test_without_names_only_known_lowerings():

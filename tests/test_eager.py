@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given
 
 import jax_gather
-from jax_gather import _bounds, _cpu, _eager, ops, plans
+from jax_gather import _cpu_client, _eager, _host_bounds, ops, plans
+from jax_gather._arguments import Mode
+from jax_gather._host_bounds import Verdict
 from tests import reference
 from tests.compat import enable_x64
 from tests.programs import counting_compiles
@@ -157,10 +159,10 @@ def test_the_checked_mode_judged_on_the_device(name):
 
 
 def test_where_indices_live_decides_where_they_are_judged():
-    assert _eager.on_host(np.zeros(2, np.int32)) and _eager.on_host(jnp.zeros(2, jnp.int32))
+    assert _cpu_client.on_host(np.zeros(2, np.int32)) and _cpu_client.on_host(jnp.zeros(2, jnp.int32))
 
 
-@pytest.mark.parametrize("size", [_eager.SMALL_HOST_INDICES, _eager.SMALL_HOST_INDICES + 1])
+@pytest.mark.parametrize("size", [_host_bounds.NORMALISED_ON_HOST, _host_bounds.NORMALISED_ON_HOST + 1])
 def test_negative_numpy_indices_either_side_of_the_host_normalisation(size):
     data = make_data((7, 3), np.int32, 0)
     ids = np.resize(np.array([-7, 6, -1, 0], np.int64), size)
@@ -206,17 +208,17 @@ def test_negative_indices_of_a_cpu_array_are_normalised_on_the_host_unless_trans
 
 def test_in_range_indices_are_gathered_with_no_index_arithmetic():
     # Why the checked mode's eager program runs on the calling thread: XLA counts no flops in it
-    # (JAX's CPU client inlines programs under _cpu.INLINE_FLOPS; test_cpu_facts checks that).
+    # (JAX's CPU client inlines programs under _cpu_client.INLINE_FLOPS; test_cpu_facts checks that).
     data, ids = jnp.zeros((1000, 8)), jnp.zeros((4096,), jnp.int32)
     plan = plans.gather_plan(data.shape, ids.shape, 0)
-    compiled = ops._programs(plan, None)("in_range").lower(data, ids).compile()
+    compiled = ops._programs(plan, None)(Mode.IN_RANGE).lower(data, ids).compile()
     analysis = compiled.cost_analysis()
     analysis = analysis[0] if isinstance(analysis, list) else analysis
-    assert analysis.get("flops", 0.0) < _cpu.INLINE_FLOPS
-    promise = ops._programs(plan, None)("promise_in_bounds").lower(data, ids).compile()
+    assert analysis.get("flops", 0.0) < _cpu_client.INLINE_FLOPS
+    promise = ops._programs(plan, None)(Mode.PROMISE_IN_BOUNDS).lower(data, ids).compile()
     analysis = promise.cost_analysis()
     analysis = analysis[0] if isinstance(analysis, list) else analysis
-    assert analysis["flops"] >= _cpu.INLINE_FLOPS  # the normalising program would not be
+    assert analysis["flops"] >= _cpu_client.INLINE_FLOPS  # the normalising program would not be
 
 
 def test_a_second_call_compiles_nothing():
@@ -247,12 +249,20 @@ def test_host_bounds_tests_match_numpy(dtype, shape, size, tuples, seed):
     bound = np.broadcast_to(np.array(sizes if tuples else size, dtype=object), shape)
     in_range = bool(np.all((wide >= 0) & (wide < bound)))
     in_bounds = bool(np.all((wide >= -bound) & (wide < bound)))
-    assert _bounds.in_range_on_host(plan, indices) == in_range
-    verdict = _bounds.judge_on_host(plan, indices)
-    assert verdict == (
-        _bounds.IN_RANGE if in_range else _bounds.IN_BOUNDS if in_bounds else _bounds.OUT_OF_BOUNDS
+    assert _host_bounds.in_range_on_host(plan, indices) == in_range
+    verdict = _host_bounds.judge(plan, indices)
+    assert verdict is (
+        Verdict.IN_RANGE if in_range else Verdict.IN_BOUNDS if in_bounds else Verdict.OUT_OF_BOUNDS
     )
-    moved = _bounds.normalised_on_host(plan, indices)
+    test = _host_bounds.in_range_test(plan, indices.dtype, indices.size)
+    for normalise in (False, True):
+        judged, given = _host_bounds.judged(plan, indices, test, normalise)
+        if in_range or (normalise and in_bounds and indices.size <= _host_bounds.NORMALISED_ON_HOST):
+            assert judged is Verdict.IN_RANGE
+            np.testing.assert_array_equal(given.astype(object), np.where(wide < 0, wide + bound, wide))
+        else:
+            assert judged is verdict and given is None
+    moved = _host_bounds.normalised_on_host(plan, indices)
     if not in_bounds:
         assert moved is None
     else:

@@ -249,7 +249,7 @@ def test_a_jitted_program_exports_the_same_node_and_its_jax_runs_are_unchanged()
     assert np.isnan(lookup(data, bad)[:, 1]).all()  # traced "checked" without checkify: the fill result
     model = export(lookup, (3, 4), np.float32, (2,))
     assert [n.op_type for n in model.graph.node] == ["Gather"]
-    assert ops._apply.__name__ == "_apply"  # the library's own, restored
+    assert ops.op_program.__name__ == "op_program"  # the library's own, restored
     assert onnx_gather_p.name not in str(jax.make_jaxpr(lookup)(data, bad))
     with pytest.raises(IndexError, match="Gather: indices\\[1\\] = 4"):
         jax_gather.checked(lookup)(data, bad)

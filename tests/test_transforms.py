@@ -11,6 +11,7 @@ from jax.test_util import check_grads
 
 import jax_gather
 from jax_gather import ops
+from jax_gather._arguments import Mode
 from tests import reference
 from tests.compat import enable_x64
 from tests.programs import counting_compiles
@@ -184,7 +185,7 @@ def test_output_shape_is_asserted_with_chex():
     plan = jax_gather.gather_plan((3, 4), (2,), 0)
     bad = dataclasses.replace(plan, output_shape=(9, 9))
     with pytest.raises(AssertionError):
-        ops._apply(jnp.zeros((3, 4)), jnp.zeros((2,), jnp.int32), None, plan=bad, mode="clip")
+        ops.op_program(jnp.zeros((3, 4)), jnp.zeros((2,), jnp.int32), None, plan=bad, mode=Mode.CLIP)
 
 
 def test_inputs_are_never_mutated():

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from jax.experimental import checkify
 
-from jax_gather import _check_primitive
+from jax_gather import _index_check
 
 try:
     from jax._src.checkify import OOBError as _JAX_INDEX_ERROR
@@ -156,7 +156,7 @@ def _raise_if_failed(fn: Any, error: checkify.Error) -> None:
         raise _under_a_trace(fn) from None
     if failure is None:
         return
-    library = getattr(_check_primitive, "LibraryCheckError", None)
+    library = getattr(_index_check, "LibraryCheckError", None)
     if library is not None and isinstance(failure, library):
         raise failure.raises(str(failure)) from None
     # Inside shard_map each device checks its own block: one failure per device that failed.

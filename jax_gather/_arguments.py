@@ -6,6 +6,7 @@ Each helper takes the op's name and the argument's name, so every message reads
 
 from __future__ import annotations
 
+import enum
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -20,12 +21,46 @@ if hasattr(jax.errors, "InconclusiveDimensionOperation"):
 else:  # where older JAX (0.4.35) keeps it
     _INCONCLUSIVE = jax.core.InconclusiveDimensionOperation
 
-MODES = ("checked", "clip", "fill", "promise_in_bounds")
+
+class Mode(enum.Enum):
+    """What the gather does with indices out of bounds: the four public modes, by their names,
+    and the one the library picks for itself."""
+
+    CHECKED = "checked"
+    CLIP = "clip"
+    FILL = "fill"
+    PROMISE_IN_BOUNDS = "promise_in_bounds"
+    # Indices proven in [0, s-1] (on the host, or by a device's reduction): gathered as they
+    # are, with no index arithmetic. Never a user's.
+    IN_RANGE = "in_range"
+
+    @property
+    def fills(self) -> bool:
+        """Whether an out-of-bounds position reads the fill value (traced "checked" does)."""
+        return self in (Mode.FILL, Mode.CHECKED)
+
+
+MODES = tuple(m.value for m in Mode if m is not Mode.IN_RANGE)
+
+# The attribute under which an exception built by ``fail`` keeps its op's name and its message.
+_WORDS = "jax_gather_words"
 
 
 def fail(exc_type: type[Exception], op_name: str, message: str) -> Exception:
     """Builds the exception every check raises: the op's name, then the message."""
-    return exc_type(f"{op_name}: {message}")
+    error = exc_type(f"{op_name}: {message}")
+    setattr(error, _WORDS, (op_name, message))
+    return error
+
+
+def named_for(error: Exception, op_name: str, subject: str) -> Exception | None:
+    """The error ``fail`` built for ``op_name`` (an IndexError, TypeError or ValueError), worded
+    for ``subject`` instead: a versioned op ("Gather-8: ...") or a model's node ("Gather node
+    'g1': ..."). None for any other error, which goes on as it is."""
+    words = getattr(error, _WORDS, None)
+    if words is None or words[0] != op_name or type(error) not in (IndexError, TypeError, ValueError):
+        return None
+    return fail(type(error), subject, words[1])
 
 
 def static_int(op_name: str, arg_name: str, value: Any) -> int:
@@ -74,11 +109,14 @@ def dim_greater(a: Any, b: Any) -> bool | None:
         return None
 
 
-def check_mode(op_name: str, mode: Any) -> str:
-    if mode not in MODES:
+def check_mode(op_name: str, mode: Any) -> Mode:
+    """A user's mode, one of ``MODES``, as a :class:`Mode`."""
+    if isinstance(mode, Mode) and mode is not Mode.IN_RANGE:
+        return mode
+    if type(mode) is not str or mode not in MODES:
         valid = ", ".join(repr(m) for m in MODES)
         raise fail(ValueError, op_name, f"mode must be one of {valid}, got {mode!r}")
-    return mode
+    return Mode(mode)
 
 
 def _is_tracer(value: Any) -> bool:

@@ -1,0 +1,265 @@
+"""Fill values: the defaults, the rule for what a dtype can hold, and the exact select."""
+
+from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_gather._arguments import fail
+from jax_gather._index_check import check_indices
+from jax_gather._x64 import x64_on
+
+
+def default_fill_value(dtype: Any) -> Any:
+    """``jnp.take``'s defaults: NaN for inexact, the minimum for signed, the maximum for unsigned;
+    for a float type without NaN (float4_e2m1fn), its minimum, as for signed integers (``jnp.take``
+    would convert NaN to some finite value: -0 for float4_e2m1fn)."""
+    if jnp.issubdtype(dtype, jnp.inexact):
+        if jnp.issubdtype(dtype, jnp.floating) and not _float_type(np.dtype(dtype)).has_nan:
+            return float(jnp.finfo(dtype).min)
+        return np.nan
+    if jnp.issubdtype(dtype, jnp.signedinteger):
+        return int(jnp.iinfo(dtype).min)
+    if jnp.issubdtype(dtype, jnp.unsignedinteger):
+        return int(jnp.iinfo(dtype).max)
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _default_fill(dtype: np.dtype) -> np.ndarray:
+    value = np.asarray(default_fill_value(dtype)).astype(dtype)
+    value.flags.writeable = False  # shared by every call
+    return value
+
+
+class _FloatType(NamedTuple):
+    """What a real floating dtype holds: finite values below ``overflow`` in magnitude (its
+    largest finite value plus half its last step: what rounds to it), NaN, infinities."""
+
+    lowest: float
+    highest: float
+    overflow: Fraction
+    has_nan: bool
+    has_inf: bool
+
+
+@functools.lru_cache(maxsize=64)
+def _float_type(dtype: np.dtype) -> _FloatType:
+    info = jnp.finfo(dtype)
+    highest = np.asarray(info.max, dtype)
+    bits = highest.view(f"u{dtype.itemsize}")
+    below = (bits - 1).astype(bits.dtype).view(dtype)  # the finite value next below the largest
+    step = Fraction(float(highest)) - Fraction(float(below))
+    special = lambda v: float(np.asarray(v).astype(dtype))
+    return _FloatType(
+        lowest=float(info.min),
+        highest=float(highest),
+        overflow=Fraction(float(highest)) + step / 2,
+        has_nan=bool(np.isnan(special(np.nan))),
+        has_inf=bool(np.isinf(special(np.inf))),
+    )
+
+
+def _holds(dtype: np.dtype) -> str:
+    """The values ``dtype`` holds, as the fill messages state the rule."""
+    if dtype == np.bool_:
+        return "it holds False, True, 0 and 1"
+    if jnp.issubdtype(dtype, jnp.integer):
+        info = jnp.iinfo(dtype)
+        return f"it holds the integers in [{info.min}, {info.max}]"
+    part = np.dtype(jnp.finfo(dtype).dtype)  # a complex dtype's parts
+    t = _float_type(part)
+    specials = {
+        (True, True): "infinities and NaN",
+        (True, False): "NaN but no infinities",
+        (False, True): "infinities but no NaN",
+        (False, False): "no infinities and no NaN",
+    }[t.has_nan, t.has_inf]
+    values = f"the values that round into [{t.lowest:g}, {t.highest:g}], {specials}"
+    return f"it holds {values}" if part == dtype else f"its real and imaginary parts hold {values}"
+
+
+def _cannot_hold(value: str, dtype: np.dtype) -> str:
+    return f"fill_value {value} cannot be represented in the data dtype {dtype.name} ({_holds(dtype)})"
+
+
+def _unrepresentable(value: bool | int | float | complex, dtype: np.dtype) -> bool:
+    """Whether a Python scalar cannot be a value of ``dtype``: out of its range, or a fraction
+    for an integer type, or a special (inf, NaN) it does not have, or an imaginary part for a
+    real type. Rounding to the nearest value is allowed, as in a cast."""
+    if isinstance(value, complex):
+        if not jnp.issubdtype(dtype, jnp.complexfloating):
+            return value.imag != 0 or _unrepresentable(value.real, dtype)
+        part = np.dtype(jnp.finfo(dtype).dtype)
+        return _unrepresentable(value.real, part) or _unrepresentable(value.imag, part)
+    if dtype == np.bool_:
+        return value not in (0, 1)
+    if jnp.issubdtype(dtype, jnp.integer):
+        if isinstance(value, float) and not value.is_integer():
+            return True  # a fraction, inf or NaN
+        info = jnp.iinfo(dtype)
+        return not info.min <= value <= info.max
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return _unrepresentable(value, np.dtype(jnp.finfo(dtype).dtype))
+    t = _float_type(dtype)
+    if value != value:
+        return not t.has_nan
+    if value in (math.inf, -math.inf):
+        return not t.has_inf
+    if abs(Fraction(value)) >= t.overflow:
+        return True
+    # Within range, a value may still have no neighbour to round to (float8_e8m0fnu has no
+    # zero and no negatives: the cast gives NaN).
+    return bool(np.isnan(np.asarray(float(value)).astype(dtype)))
+
+
+def _python_scalar(op_name: str, fill_value: Any) -> tuple[np.ndarray | None, bool | int | float | complex]:
+    """A concrete fill value as a NumPy scalar (None for a Python int NumPy cannot hold) and
+    as the Python scalar its checks read; a TypeError for anything but one number or bool."""
+    if isinstance(fill_value, int) and not isinstance(fill_value, bool):
+        value = int(fill_value)  # any size: 2**64 is a float32 value and no int64 one
+        return (np.asarray(value) if -(2**63) <= value < 2**64 else None), value
+    array = np.asarray(fill_value)
+    if array.ndim != 0 or not (array.dtype.kind in "biufc" or jnp.issubdtype(array.dtype, jnp.number)):
+        raise fail(
+            TypeError,
+            op_name,
+            f"fill_value must be a scalar number or bool, got {type(fill_value).__name__} {fill_value!r}",
+        )
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    kind = array.dtype.kind
+    scalar = (
+        bool(array)
+        if kind == "b"
+        else int(array)
+        if kind in "iu"
+        else complex(array)
+        if kind == "c"
+        else float(array)
+    )
+    return array, scalar
+
+
+def fill_scalar(op_name: str, fill_value: Any, dtype: Any) -> jax.Array | np.ndarray:
+    """``fill_value`` as a scalar of ``dtype``, refusing values the dtype cannot hold.
+
+    One rule for every dtype (``_unrepresentable``): an integer type takes the integers in its
+    range, a float type the values that round into its finite range and the specials it has
+    (float8_e4m3fn no inf, float4_e2m1fn neither inf nor NaN), a complex type such values in
+    each part. A traced value, which cannot be judged here, carries a checkify check of the
+    same rule, in the same words (``jax_gather.checked`` raises it as a ValueError); outside
+    checkify it is converted as ``astype`` converts.
+
+    A concrete value stays a NumPy scalar: making it a ``jax.Array`` here would cost an eager
+    dispatch on every call, several times the time of a small jitted gather."""
+    dtype = np.dtype(dtype)
+    if fill_value is None:
+        return _default_fill(dtype)
+    if isinstance(fill_value, jax.core.Tracer):
+        if fill_value.shape != () or _kind(fill_value.dtype) > _kind(dtype):
+            raise fail(
+                TypeError,
+                op_name,
+                f"fill_value must be a scalar of a kind the data dtype {dtype.name} holds "
+                "(bool < integer < real < complex), "
+                f"got a traced {fill_value.dtype.name}{list(fill_value.shape)}",
+            )
+        message = f"{op_name}: {_cannot_hold('{}', dtype)}"
+        ok = _traced_fits(fill_value, dtype)
+        if ok is not None:
+            fill_value = check_indices(fill_value, ok, message, fill_value, error="ValueError")
+        return fill_value.astype(dtype)
+    array, value = _python_scalar(op_name, fill_value)
+    if _unrepresentable(value, dtype):
+        raise fail(
+            ValueError,
+            op_name,
+            _cannot_hold(repr(fill_value), dtype),
+        )
+    if array is None:  # a Python int past int64 and uint64, in range of a float type
+        return np.asarray(float(fill_value)).astype(dtype)
+    return array.astype(dtype)
+
+
+def _kind(dtype: Any) -> int:
+    """Bool 0, integers (signed or not) 1, reals 2, complex 3: a traced fill_value may be of
+    its data dtype's kind or a lower one (the range is checked, not the type)."""
+    for rank, kind in enumerate((jnp.bool_, jnp.integer, jnp.floating)):
+        if jnp.issubdtype(dtype, kind):
+            return rank
+    return 3
+
+
+def _traced_fits(value: jax.Array, dtype: np.dtype) -> jax.Array | None:
+    """``_unrepresentable``'s rule, negated, on a traced scalar of a kind ``dtype`` holds;
+    None where every value of its dtype fits."""
+    source = np.dtype(value.dtype)
+    if source == np.bool_ or source == dtype:
+        return None
+    if jnp.issubdtype(dtype, jnp.integer):  # from an integer type: exact round trip, same sign
+        cast = value.astype(dtype)
+        ok = cast.astype(source) == value
+        if jnp.issubdtype(source, jnp.signedinteger) != jnp.issubdtype(dtype, jnp.signedinteger):
+            ok &= (value >= 0) & (cast >= 0)
+        return ok
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        part = np.dtype(jnp.finfo(dtype).dtype)
+        if jnp.issubdtype(source, jnp.complexfloating):
+            parts = [_traced_fits(p, part) for p in (jnp.real(value), jnp.imag(value))]
+            known = [p for p in parts if p is not None]
+            return known[0] & known[1] if len(known) == 2 else (known[0] if known else None)
+        return _traced_fits(value, part)
+    # A real float type, from an integer or float one: compared in a type that holds the
+    # value exactly and the overflow bound exactly wherever it is finite.
+    if jnp.issubdtype(source, jnp.integer):
+        value = value.astype(jnp.float64 if x64_on() else jnp.float32)
+    elif source.itemsize < 4:
+        value = value.astype(jnp.float32)
+    # Read back in the wide type: jnp.isinf of a type without infinities compares with its
+    # conversion of inf (float4_e2m1fn: 6).
+    back = value.astype(dtype).astype(value.dtype)
+    ok = (jnp.isnan(back) == jnp.isnan(value)) & (jnp.isinf(back) == jnp.isinf(value))
+    overflow = _float_type(dtype).overflow
+    if overflow <= Fraction(float(jnp.finfo(value.dtype).max)):
+        ok &= ~jnp.isfinite(value) | (jnp.abs(value) < float(overflow))
+    return ok
+
+
+def select_exact(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
+    """``jnp.where(mask, on_true, on_false)`` that keeps every bit of the values it selects.
+
+    XLA:CPU computes a bfloat16 select in float32, and a select of the float8 types in float16,
+    which rewrites NaN payloads (float8_e3m4, e4m3 and e5m2 have several NaNs); for every float
+    type other than float16, 32 and 64 the bit patterns are selected instead (a same-width
+    bitcast is free). float4_e2m1fn has no NaN to rewrite."""
+    if not _selected_as_bits(np.dtype(on_true.dtype)):
+        return jnp.where(mask, on_true, on_false)
+    return _select_bits(mask, on_true, on_false)
+
+
+@functools.lru_cache(maxsize=64)
+def _selected_as_bits(dtype: np.dtype) -> bool:
+    native = (np.float16, np.float32, np.float64)
+    return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype not in native and _float_type(dtype).has_nan
+
+
+@jax.custom_jvp
+def _select_bits(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
+    unsigned = jnp.dtype(f"uint{8 * on_true.dtype.itemsize}")
+    bits = lambda x: lax.bitcast_convert_type(x, unsigned)
+    return lax.bitcast_convert_type(jnp.where(mask, bits(on_true), bits(on_false)), on_true.dtype)
+
+
+@_select_bits.defjvp
+def _select_bits_jvp(primals, tangents):
+    mask, on_true, on_false = primals
+    _, true_dot, false_dot = tangents
+    return _select_bits(mask, on_true, on_false), jnp.where(mask, true_dot, false_dot)

@@ -1,0 +1,249 @@
+"""Bounds in the program: the in-bounds masks, the checked mode's check, and the index
+vectors the gather reads.
+
+Every test is unsigned arithmetic on the indices narrowed (with saturation) to the working
+dtype, so each bound is one compare or one ``minimum``, which the CPU's vector units have.
+Bounds are judged on the indices as the caller gave them, per index component against its own
+data axis: an int64 index of 2**32 + 1 stays out of bounds, never a read of row 1.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import export, lax
+
+from jax_gather._arguments import fail
+from jax_gather._cpu_client import INLINE_FLOPS
+from jax_gather._host_bounds import check_index_dtype, host_indices, narrow_host_indices
+from jax_gather._index_check import check_indices
+from jax_gather._x64 import x64_on
+from jax_gather.plans import GatherPlan
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _index_dtype(plan: GatherPlan) -> Any:
+    """int32, or int64 where an indexed axis may be longer than int32 can address. A symbolic
+    axis (jax.export) may be, when x64 is on; without x64 JAX's own shape arithmetic is int32."""
+    wide = any(x64_on() if export.is_symbolic_dim(s) else s > _INT32.max for s in plan.index_sizes)
+    return jnp.int64 if wide else jnp.int32
+
+
+def axis_sizes(plan: GatherPlan, dtype: Any) -> Any:
+    """The sizes of the indexed axes in ``dtype``: a scalar where the indices get an index-vector
+    dim appended, else one per index component. Symbolic sizes become values of the program."""
+    sizes: Any
+    if any(export.is_symbolic_dim(s) for s in plan.index_sizes):
+        sizes = jnp.stack([jnp.asarray(s).astype(dtype) for s in plan.index_sizes])
+    else:
+        sizes = np.asarray(plan.index_sizes, dtype)
+    return sizes if plan.tuple_indices else sizes[0]
+
+
+def _saturate(indices: jax.Array, target: Any) -> jax.Array:
+    """``indices`` in the signed ``target`` dtype; values beyond its range saturate, so an index
+    stays out of bounds of every axis that ``target`` can address."""
+    if indices.dtype == target:
+        return indices
+    src, info = jnp.iinfo(indices.dtype), jnp.iinfo(target)
+    lo, hi = max(src.min, info.min), min(src.max, info.max)
+    if (lo, hi) != (src.min, src.max):
+        indices = jnp.clip(indices, jnp.asarray(lo, indices.dtype), jnp.asarray(hi, indices.dtype))
+    return indices.astype(target)
+
+
+def _unsigned_parts(plan: GatherPlan, indices: jax.Array) -> tuple[jax.Array, Any]:
+    """The indices, narrowed with saturation to the working dtype and reinterpreted as the
+    unsigned type of that width, and the axis sizes in that unsigned type.
+
+    In unsigned (modular) arithmetic every bound below is one compare or one ``minimum``, which
+    the CPU's vector units have: a signed index ``i`` is in [-s, s-1] exactly when ``i + s``
+    wraps into [0, 2s-1], and ``min(i, i + s)`` is ``i`` for i in [0, s-1] and ``i + s`` for i
+    in [-s, -1].
+    """
+    target = _index_dtype(plan)
+    unsigned = jnp.dtype(f"uint{8 * jnp.dtype(target).itemsize}")
+    as_unsigned = lambda x: lax.bitcast_convert_type(x, unsigned)
+    return as_unsigned(_saturate(indices, target)), axis_sizes(plan, target).astype(unsigned)
+
+
+def in_bounds_mask(plan: GatherPlan, indices: jax.Array) -> jax.Array:
+    """Per-element (per index component for GatherND) in-bounds mask of the raw indices."""
+    u, sizes = _unsigned_parts(plan, indices)
+    return u + sizes < sizes + sizes  # exact for every index and every size below 2**(bits-1)
+
+
+def in_range_mask(plan: GatherPlan, indices: jax.Array) -> jax.Array:
+    """Per-element (per index component) mask of the raw indices that are in [0, s-1]."""
+    u, sizes = _unsigned_parts(plan, indices)
+    return u < sizes
+
+
+def in_bounds(plan: GatherPlan, indices: Any) -> jax.Array:
+    """Whether each index (each index tuple, for GatherND) is within [-s, s-1] of its axis.
+
+    The same judgement the ops make, as a value: return ``jnp.all(in_bounds(plan, indices))``
+    beside a ``mode="fill"`` result where a checkify check cannot go, e.g. in a program to be
+    serialized with ``jax.export`` (JAX cannot serialize a checkify effect).
+
+    Example:
+      >>> import jax_gather
+      >>> plan = jax_gather.gather_nd_plan((3, 4), (2, 2))
+      >>> jax_gather.in_bounds(plan, [[2, -4], [3, 0]])
+      Array([ True, False], dtype=bool)
+    """
+    if isinstance(indices, jax.Array):
+        check_index_dtype(plan.op_name, indices.dtype)
+    else:
+        indices = jnp.asarray(narrow_host_indices(host_indices(plan.op_name, indices)))
+    if tuple(indices.shape) != plan.indices_shape:
+        raise fail(
+            ValueError,
+            plan.op_name,
+            f"indices must have the shape the plan was made for, {plan.indices_shape}, "
+            f"got {tuple(indices.shape)}",
+        )
+    ok = in_bounds_mask(plan, indices)
+    return jnp.all(ok, axis=-1) if plan.tuple_indices else ok
+
+
+def first_false(ok: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
+    """The position of the first False of ``ok`` in C order, and a mask that is True there only.
+
+    Found one dim at a time by reductions, rather than by ``argmin`` of the raveled mask and a
+    dynamic index: reductions trace for any sharding of the indices (JAX's explicit sharding
+    refuses dynamic slices of sharded dims) and for symbolic shapes.
+    """
+    at = jnp.logical_not(ok)
+    pos = []
+    for d in range(ok.ndim):
+        along = lax.broadcasted_iota(jnp.int32, ok.shape, d)
+        first = jnp.min(jnp.where(at, along, _INT32.max))
+        at = at & (along == first)
+        pos.append(first)
+    return tuple(pos), at
+
+
+def _pick(values: jax.Array, k: jax.Array) -> jax.Array:
+    """``values[k]`` by a masked sum, not a dynamic index: under ``vmap`` that index would become
+    a gather of its own, which JAX's index checks flag when ``k`` is the no-failure sentinel."""
+    return jnp.sum(jnp.where(jnp.arange(values.shape[0]) == k, values, 0), dtype=values.dtype)
+
+
+def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.Array:
+    """``indices``, carrying a checkify check that reports the first out-of-bounds index in
+    the eager error's words."""
+    if 0 in ok.shape:
+        return indices
+    pos, at = first_false(ok)
+    lowest = jnp.asarray(jnp.iinfo(indices.dtype).min, indices.dtype)
+    value = jnp.max(jnp.where(at, indices, lowest))
+    component: Any = pos[-1] if plan.tuple_indices else 0
+    sizes = jnp.asarray(axis_sizes(plan, _index_dtype(plan)))
+    axis: Any
+    if plan.tuple_indices:
+        axes = jnp.asarray(plan.dimension_numbers.start_index_map)
+        axis, size = _pick(axes, component), _pick(sizes, component)
+    else:
+        axis, size = plan.dimension_numbers.start_index_map[0], sizes
+    slots = lambda n: "indices" if not n else "indices[" + ", ".join(["{}"] * n) + "]"
+    message = (
+        f"{plan.op_name}: {slots(ok.ndim)} = {{}} is out of bounds for axis {{}} of size {{}} "
+        "(valid range [{}, {}])"
+    )
+    args = (*pos, value, axis, size, -size, size - 1)
+    if plan.tuple_indices:
+        message += "; it is component {} of the index tuple indices[" + "{}, " * (ok.ndim - 1) + ":]"
+        args += (component, *pos[:-1])
+    return check_indices(indices, jnp.all(ok), message, *args)
+
+
+def working_indices(
+    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, unclamped: bool = False
+) -> jax.Array:
+    """Indices as the gather reads them: narrowed with saturation, negatives normalised, and
+    clamped into [0, s-1]. With ``clip`` an out-of-bounds index goes to the nearest end of
+    [-s, s-1] first, as the "clip" mode says; otherwise it becomes some in-range index (the
+    select of "fill" and "checked" replaces what it reads, and a promise made it undefined).
+    With ``past_end`` every out-of-bounds index becomes ``s`` instead, and every in-bounds one
+    stays in [0, s-1]: the slot of a data padded by one ``fill_value`` on each indexed axis.
+    With ``unclamped`` (for indices promised to be in bounds, where :func:`clamp_pays` says
+    not), negatives are normalised and nothing more.
+
+    Clamping here, rather than leaving it to the gather's native clamp, keeps every index the
+    gather sees in bounds, so JAX's own checkify index checks never flag a position that a
+    mode handles on purpose (the library's check reports a broken promise), and it lets LLVM
+    drop the gather's own clamp: measured 0.7-0.9x the time of a signed normalise-and-clamp on
+    the element gathers (docs/performance.md).
+    """
+    target = _index_dtype(plan)
+    if unclamped:
+        return _normalised_unclamped(plan, _saturate(indices, target), target)
+    if clip:
+        indices = jnp.maximum(_saturate(indices, target), -axis_sizes(plan, target))
+    u, sizes = _unsigned_parts(plan, indices)
+    # min(u, u + s) is below s exactly for the in-bounds indices (see in_bounds_mask).
+    in_range = jnp.minimum(jnp.minimum(u, u + sizes), sizes if past_end else sizes - 1)
+    return lax.bitcast_convert_type(in_range, target)
+
+
+# What XLA counts for normalising one index component without the clamp (a shift, an and, an
+# add), as for jnp's own normalisation (a compare, an add, a select); with it, five.
+_UNCLAMPED_FLOPS = 3
+
+
+def normalising_is_inline(components: int) -> bool:
+    """Whether a program that normalises this many index components (and gathers) stays under
+    INLINE_FLOPS, on the calling thread."""
+    return _UNCLAMPED_FLOPS * components < INLINE_FLOPS
+
+
+# XLA:CPU splits a loop whose flops exceed its bytes into a task per core (its parallel task
+# assignment counts it compute-bound); one that does not, from this many bytes of output.
+_SPLIT_ANYWAY_BYTES = 512 << 10
+
+
+def clamp_pays(plan: GatherPlan, indices: jax.Array, dtype: Any) -> bool:
+    """Whether the indices of a promise are clamped as well as normalised.
+
+    The clamp saves the gather's own (the docstring of working_indices) but costs two flops per
+    index component, which XLA counts: they can take a program jnp's normalisation keeps under
+    INLINE_FLOPS over it, to a worker thread (tens of microseconds), and an element gather of
+    narrow data past one flop per byte, which XLA splits into a task per core. So it is taken
+    only where neither can happen: at least _SPLIT_ANYWAY_BYTES of output and too many
+    components for jnp's program to stay on the calling thread."""
+    n, out = indices.size, math.prod(plan.output_shape)
+    if not isinstance(n, int) or not isinstance(out, int):
+        return True
+    big = out * np.dtype(dtype).itemsize >= _SPLIT_ANYWAY_BYTES
+    return big and _UNCLAMPED_FLOPS * n >= INLINE_FLOPS
+
+
+def _normalised_unclamped(plan: GatherPlan, indices: jax.Array, target: Any) -> jax.Array:
+    """``i + s`` for negative ``i``, else ``i``: in [0, s-1] for every index in bounds. An index out
+    of bounds stays out (the library's check reports the broken promise), and the gather's own
+    clamp keeps the read in the array."""
+    bits = jnp.iinfo(target).bits
+    sign = lax.shift_right_arithmetic(indices, jnp.asarray(bits - 1, target))
+    return indices + (sign & axis_sizes(plan, target))
+
+
+def index_vectors(
+    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, unclamped: bool = False
+) -> jax.Array:
+    """``working_indices`` with the index-vector dim the gather expects."""
+    idx = working_indices(plan, indices, clip, past_end, unclamped)
+    return idx if plan.tuple_indices else idx[..., None]
+
+
+def in_range_vectors(plan: GatherPlan, indices: jax.Array) -> jax.Array:
+    """Index vectors from indices known to be in [0, s-1]: taken as they are (no arithmetic),
+    only widened from a narrow or unsigned dtype to the signed one the gather reads."""
+    if indices.dtype not in (jnp.int32, jnp.int64):
+        indices = indices.astype(_index_dtype(plan))
+    return indices if plan.tuple_indices else indices[..., None]
