@@ -9,7 +9,7 @@ the library's program ("with") against the program the library compiles without 
 other addresses, this run's own noise). Generic choices, made on every platform: the library's
 form against a hand-written alternative, with the same A/A control.
 
-All three programs of a row are timed in interleaved paired rounds (``bench._paired_rounds``),
+All three programs of a row are timed in interleaved paired rounds (``bench.paired_rounds``),
 after checking that they compute the same thing. Printed per row: the median over rounds of
 without / with, and of A/A, each with its distribution-free interval (``bench.median_interval``),
 and a verdict: "pays" when the ratio's interval lies above the A/A interval, "costs" when below,
@@ -247,7 +247,7 @@ def run_choice(choice: Choice, rounds: int, reps: int, scale: int = 1) -> dict[s
     """Times the three programs of ``choice``, after checking that they agree; returns its row."""
     case = CASES[choice.case]
     case = case.scaled(scale) if scale > 1 else case
-    data, indices = bench._make_inputs(case, np.random.default_rng(0))
+    data, indices = bench.make_inputs(case, np.random.default_rng(0))
     with x64_enabled() if choice.x64 else contextlib.nullcontext():
         d, i = jnp.asarray(data), jnp.asarray(indices)
         program = _program(choice, case)
@@ -264,9 +264,9 @@ def run_choice(choice: Choice, rounds: int, reps: int, scale: int = 1) -> dict[s
         expected = np.asarray(calls["with"]()).astype(np.float64)
         for name in ("A/A", "without"):
             np.testing.assert_allclose(np.asarray(calls[name]()).astype(np.float64), expected, rtol=1e-5)
-        times = bench._paired_rounds(calls, rounds, reps)
-    ratio, interval = bench._paired(times["without"], times["with"])
-    aa, aa_interval = bench._paired(times["A/A"], times["with"])
+        times = bench.paired_rounds(calls, rounds, reps)
+    ratio, interval = bench.paired(times["without"], times["with"])
+    aa, aa_interval = bench.paired(times["A/A"], times["with"])
     return {
         "choice": choice.name,
         "case": choice.case,

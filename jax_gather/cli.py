@@ -117,9 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "bench":
-        from jax_gather import bench as bench_module
+        from jax_gather.bench import command
 
-        return bench_module.main(args)
+        return command.main(args)
     return tour()
 
 

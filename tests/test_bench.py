@@ -10,20 +10,21 @@ import time
 import numpy as np
 import pytest
 
-from jax_gather import bench, bench_overhead, cli
+from jax_gather import bench, cli
+from jax_gather.bench import cases, grid, measure, overhead, peers, report, timing
 
 
 @pytest.mark.parametrize("case", bench.CASES, ids=[c.name for c in bench.CASES])
 def test_every_contender_computes_the_same_result(case):
     small = case.scaled(32)
-    data, indices = bench._make_inputs(small, np.random.default_rng(1))
-    outputs = {name: np.asarray(call()) for name, call in bench._contenders(small, data, indices).items()}
+    data, indices = bench.make_inputs(small, np.random.default_rng(1))
+    outputs = {name: np.asarray(call()) for name, call in peers.contenders(small, data, indices).items()}
     expected = outputs.pop("jax_gather")
     assert {"jnp", "numpy", "jax_gather[promise]"} <= set(outputs)
     assert ("openvino" in outputs) == (case.dtype != "bfloat16" and not case.vmapped)
     for name, out in outputs.items():
         np.testing.assert_array_equal(out, expected, err_msg=name)
-    assert expected.shape == bench._output_shape(small, data, indices)
+    assert expected.shape == cases.output_shape(small, data, indices)
 
 
 def test_cases_cover_the_issue_shapes():
@@ -49,7 +50,7 @@ def test_run_case_reports_paired_ratios():
 
 def test_each_timed_block_follows_untimed_calls_of_the_same_contender(monkeypatch):
     settle, log = 0.02, []
-    real_time = bench._time
+    real_time = timing.time_call
 
     def logged_time(call, reps):
         log.append(("timed", call.__name__, time.perf_counter()))
@@ -62,8 +63,8 @@ def test_each_timed_block_follows_untimed_calls_of_the_same_contender(monkeypatc
         call.__name__ = name
         return call
 
-    monkeypatch.setattr(bench, "_time", logged_time)
-    times = bench._paired_rounds({n: contender(n) for n in "abc"}, rounds=3, reps=2, settle=settle)
+    monkeypatch.setattr(timing, "time_call", logged_time)
+    times = timing.paired_rounds({n: contender(n) for n in "abc"}, rounds=3, reps=2, settle=settle)
     assert {n: len(v) for n, v in times.items()} == {"a": 3, "b": 3, "c": 3}
     starts = [k for k, entry in enumerate(log) if entry[0] == "timed"]
     assert len(starts) == 9
@@ -80,15 +81,15 @@ def test_each_timed_block_follows_untimed_calls_of_the_same_contender(monkeypatc
 
 
 def test_page_faults_are_counted():
-    if bench._page_faults_per_call(lambda: None, 1) is None:
+    if timing.page_faults_per_call(lambda: None, 1) is None:
         pytest.skip("no getrusage on this platform")
 
     def fresh_pages():  # 16 MiB of new anonymous memory, one byte written per 4 KiB page
         region = mmap.mmap(-1, 16 << 20)
         np.frombuffer(region, np.uint8)[::4096] = 1
 
-    assert bench._page_faults_per_call(fresh_pages, 3) >= 1000
-    assert bench._page_faults_per_call(lambda: None, 3) < 1000
+    assert timing.page_faults_per_call(fresh_pages, 3) >= 1000
+    assert timing.page_faults_per_call(lambda: None, 3) < 1000
 
 
 # The bench command on one small case, once, forward only.
@@ -156,11 +157,11 @@ def test_the_geometric_mean_is_of_every_row():
             "page_faults_per_call": 0,
         }
 
-    text = bench._format_table([row("a", 0.5), row("b", 2.0)])
+    text = report.format_table([row("a", 0.5), row("b", 2.0)])
     assert "geometric mean of ratios (jax_gather / best peer): 1.00; worst 2.00" in text
 
 
-@pytest.mark.parametrize("case", bench_overhead.CASES, ids=[c.name for c in bench_overhead.CASES])
+@pytest.mark.parametrize("case", overhead.CASES, ids=[c.name for c in overhead.CASES])
 def test_each_overhead_row_times_two_calls_that_give_the_same_result(case):
     ours, peer = case.make()
     for mine, theirs in zip(_outputs(ours()), _outputs(peer())):
@@ -172,12 +173,12 @@ def _outputs(result):
 
 
 def test_overhead_rows_and_their_table():
-    rows = bench_overhead.run(quick=True, rounds=1, reps=1, only="eager gather, clip", settle=0)
+    rows = overhead.run(quick=True, rounds=1, reps=1, only="eager gather, clip", settle=0)
     (row,) = rows
     assert row["case"] == "eager gather, clip" and row["peer"] == "jnp.take clip"
     assert set(row["median_s"]) == {"jax_gather", "jax_gather[again]", "jnp.take clip"}
-    assert row["meets_goal"] == (row["ratio"] <= bench_overhead.EAGER)
-    text = bench_overhead.format_table(rows)
+    assert row["meets_goal"] == (row["ratio"] <= overhead.EAGER)
+    text = overhead.format_table(rows)
     assert text.splitlines()[2].startswith("eager gather, clip")
     assert f"{int(row['meets_goal'])} of 1 calls within their goal" in text
 
@@ -238,7 +239,7 @@ def test_the_table_says_which_shapes_are_behind_by_their_intervals():
             "best_peer": "jnp",
             "ratio": ratio,
             "ratio_interval": (*interval, 0.935),
-            "verdict": bench._verdict(interval),
+            "verdict": timing.verdict(interval),
             "ratio_promise": ratio,
             "checked_over_fill": 1.0,
             "same_program_ratio": 1.0,
@@ -250,7 +251,7 @@ def test_the_table_says_which_shapes_are_behind_by_their_intervals():
             "backward_interval": (*backward_interval, 0.935),
         }
 
-    text = bench._format_table(
+    text = report.format_table(
         [
             row("fast", 0.7, (0.6, 0.8), (0.9, 1.1)),
             row("even", 1.05, (0.95, 1.2), (0.97, 1.04)),
@@ -271,7 +272,7 @@ def test_the_ratio_is_against_the_peer_fastest_over_the_rounds_not_each_rounds_f
     def synthetic(calls, n, reps, settle):
         return {name: rounds.get(name, [1.0] * n) if name != "numpy" else [9.0] * n for name in calls}
 
-    monkeypatch.setattr(bench, "_paired_rounds", synthetic)
+    monkeypatch.setattr(measure, "paired_rounds", synthetic)
     row = bench.run_case(bench.CASES[0].scaled(64), rounds=5, reps=1, backward=False)
     assert row["best_peer"] == "jnp"
     assert row["ratio"] == pytest.approx(1.0)  # median of 1/[1.0, 0.8, 1.2, 0.8, 1.2]
@@ -298,53 +299,49 @@ def test_openvino_is_imported_without_its_telemetry_fork():
 
 # ---- bench --grid ------------------------------------------------------------------------------
 
-from jax_gather import bench_grid  # noqa: E402
 
-
-@pytest.mark.parametrize("op", list(bench_grid.OPS))
+@pytest.mark.parametrize("op", list(grid.OPS))
 @pytest.mark.parametrize("dtype", ["float32", "int4"])  # bfloat16 and int8 take float32's calls
 def test_grid_cells_compare_equal_work(op, dtype):
     # Widths and counts that take every shape branch: fewer ids than a row, more, odd counts.
     import jax
 
     for width, count in [(1, 1), (4, 129), (64, 16)]:
-        cell = bench_grid.Cell(op, dtype, width, count)
-        d, i = bench_grid.make_inputs(cell)
+        cell = grid.Cell(op, dtype, width, count)
+        d, i = grid.make_inputs(cell)
         assert bool((np.asarray(i) < 0).any()) or count < 100  # negative indices are drawn
-        assert bench_grid._plan(cell).output_shape == np.shape(bench_grid.ours_call(cell, "checked")(d, i))
-        for mode in bench_grid.MODES:
-            ours = np.asarray(jax.jit(bench_grid.ours_call(cell, mode))(d, i))
-            theirs = np.asarray(jax.jit(bench_grid.jnp_call(cell, mode))(d, i))
+        assert grid._plan(cell).output_shape == np.shape(grid.ours_call(cell, "checked")(d, i))
+        for mode in grid.MODES:
+            ours = np.asarray(jax.jit(grid.ours_call(cell, mode))(d, i))
+            theirs = np.asarray(jax.jit(grid.jnp_call(cell, mode))(d, i))
             np.testing.assert_array_equal(
                 ours.view(np.uint8), theirs.view(np.uint8), err_msg=f"{cell} {mode}"
             )
 
 
 def test_grid_cells_stay_under_the_memory_cap_and_quick_is_small():
-    cells = bench_grid.cells()
-    assert all(bench_grid.fits(c) for c in cells)
-    assert not bench_grid.fits(bench_grid.Cell("gather axis 0", "float32", 4096, 1 << 20))
-    assert {c.count for c in cells} == set(bench_grid.COUNTS) and {c.width for c in cells} == set(
-        bench_grid.WIDTHS
-    )
-    assert len(bench_grid.cells(quick=True)) <= 7 * 2 * 4 * 4
+    cells = grid.cells()
+    assert all(grid.fits(c) for c in cells)
+    assert not grid.fits(grid.Cell("gather axis 0", "float32", 4096, 1 << 20))
+    assert {c.count for c in cells} == set(grid.COUNTS) and {c.width for c in cells} == set(grid.WIDTHS)
+    assert len(grid.cells(quick=True)) <= 7 * 2 * 4 * 4
 
 
 def test_grid_run_reports_both_modes_against_an_a_a_band(tmp_path):
-    rows = bench_grid.run(quick=True, rounds=2, only="gather axis 0 float32 w=16 n=16")
+    rows = grid.run(quick=True, rounds=2, only="gather axis 0 float32 w=16 n=16")
     assert len(rows) == 1
     row = rows[0]
-    for mode in bench_grid.MODES:
+    for mode in grid.MODES:
         assert row[mode] > 0 and len(row[f"{mode}_interval"]) == 3
-    assert row["aa"] > 0 and isinstance(bench_grid.slower(row, "checked"), bool)
-    assert "the worst ten cells" in bench_grid.format_summary(rows)
-    paths = bench_grid.plot(rows, str(tmp_path / "grid"))
+    assert row["aa"] > 0 and isinstance(grid.slower(row, "checked"), bool)
+    assert "the worst ten cells" in grid.format_summary(rows)
+    paths = grid.plot(rows, str(tmp_path / "grid"))
     assert [os.path.basename(p) for p in paths] == ["grid-checked.png", "grid-promise_in_bounds.png"]
     assert all(os.path.getsize(p) > 1000 for p in paths)
 
 
 def test_slower_needs_the_whole_interval_past_the_a_a_band():
     row = {"checked": 1.2, "checked_interval": (1.12, 1.3, 0.9), "aa_interval": (0.95, 1.1, 0.9)}
-    assert bench_grid.slower(row, "checked")
-    assert not bench_grid.slower(row | {"aa_interval": (0.9, 1.15, 0.9)}, "checked")
-    assert not bench_grid.slower(row | {"checked": 1.04, "checked_interval": (1.02, 1.06, 0.9)}, "checked")
+    assert grid.slower(row, "checked")
+    assert not grid.slower(row | {"aa_interval": (0.9, 1.15, 0.9)}, "checked")
+    assert not grid.slower(row | {"checked": 1.04, "checked_interval": (1.02, 1.06, 0.9)}, "checked")

@@ -4,9 +4,9 @@ The main table times 23 shapes against every peer; a user's sizes are not those.
 every op x dtype x row width x index count x mode against the call a user would otherwise write
 with jnp, jitted, in the same out-of-bounds mode ("checked", whose plain-``jit`` program is the
 fill's, against ``mode="fill"``; ``promise_in_bounds`` against ``promise_in_bounds``), by the main
-benchmark's method (:mod:`jax_gather.bench`): paired rounds, the order alternating, the median of
-per-round ratios with its interval, and an A/A control per cell (the default mode compiled a
-second time, timed as one more contender). A cell is *slower* when its whole interval lies above
+benchmark's method (:mod:`jax_gather.bench.timing`): paired rounds, the order alternating, the
+median of per-round ratios with its interval, and an A/A control per cell (the default mode
+compiled a second time, timed as one more contender). A cell is *slower* when its whole interval lies above
 the A/A band's upper end, and at least :data:`SLOWER` above 1.
 
 Row width is the number of elements each index takes (a row of the table, a column for Gather
@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from jax_gather import bench
+from jax_gather.bench.report import progress
+from jax_gather.bench.timing import geomean, paired, paired_rounds, ready, time_call
 
 TABLE = 4096
 WIDTHS = (1, 4, 16, 32, 64, 128, 1024, 4096)
@@ -177,17 +178,15 @@ def run_cell(cell: Cell, rounds: int, settle: float) -> dict[str, Any]:
     fns = {f"ours {m}": jax.jit(ours_call(cell, m)) for m in MODES}
     fns |= {f"jnp {m}": jax.jit(jnp_call(cell, m)) for m in MODES}
     fns[AGAIN] = jax.jit(ours_call(cell, MODES[0]))  # the A/A control: the first compiled again
-    calls: dict[str, Callable[[], Any]] = {
-        name: functools.partial(bench._ready, f, d, i) for name, f in fns.items()
-    }
-    once = bench._time(calls[f"jnp {MODES[0]}"], 1)
+    calls: dict[str, Callable[[], Any]] = {name: functools.partial(ready, f, d, i) for name, f in fns.items()}
+    once = time_call(calls[f"jnp {MODES[0]}"], 1)
     reps = int(np.clip(2e-3 / max(once, 1e-7), 3, 15))
-    times = bench._paired_rounds(calls, rounds, reps, settle)
+    times = paired_rounds(calls, rounds, reps, settle)
     row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps}
     row["jnp_s"] = {m: float(np.median(times[f"jnp {m}"])) for m in MODES}
-    row["aa"], row["aa_interval"] = bench._paired(times[f"ours {MODES[0]}"], times[AGAIN])
+    row["aa"], row["aa_interval"] = paired(times[f"ours {MODES[0]}"], times[AGAIN])
     for m in MODES:
-        row[m], row[f"{m}_interval"] = bench._paired(times[f"ours {m}"], times[f"jnp {m}"])
+        row[m], row[f"{m}_interval"] = paired(times[f"ours {m}"], times[f"jnp {m}"])
     return row
 
 
@@ -203,11 +202,11 @@ def run(
     todo = cells(quick, only)
     rows = []
     for k, cell in enumerate(todo):
-        bench._progress(k, len(todo), cell.name)
+        progress(k, len(todo), cell.name)
         if k % 100 == 0 and not sys.stderr.isatty():  # a run of half an hour, logged to a file
             print(f"grid: {k} of {len(todo)} cells", file=sys.stderr, flush=True)
         rows.append(run_cell(cell, rounds or (5 if quick else 7), settle))
-    bench._progress(len(todo), len(todo), "done")
+    progress(len(todo), len(todo), "done")
     return rows
 
 
@@ -222,7 +221,7 @@ def format_summary(rows: Sequence[dict[str, Any]]) -> str:
         ratios = [r[m] for r in rows]
         bad = [r for r in rows if slower(r, m)]
         lines.append(
-            f"  {m:18s} geometric mean {bench._geomean(ratios):.2f}, worst {max(ratios):.2f}; "
+            f"  {m:18s} geometric mean {geomean(ratios):.2f}, worst {max(ratios):.2f}; "
             f"slower past the A/A band and {SLOWER}: {len(bad)} cells"
         )
     aa = [r["aa"] for r in rows]

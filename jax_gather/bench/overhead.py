@@ -5,7 +5,7 @@ checks, the dispatch, the thread that runs it. Each row pairs one jax_gather cal
 user would otherwise write, on the same inputs and in the same out-of-bounds mode: eager calls
 against ``jnp.take`` / ``jnp.take_along_axis`` / jnp indexing, small jitted programs against the
 jitted jnp program, and a prepared ONNX model's ``run`` against onnxruntime's ``session.run``.
-The method is the main benchmark's (:mod:`jax_gather.bench`): paired rounds, the order
+The method is the main benchmark's (:mod:`jax_gather.bench.timing`): paired rounds, the order
 alternating, a settle between contenders, the median of per-round ratios with its interval,
 and an A/A control (the same jax_gather call timed as a second contender). Each row has the
 goal it is held to; none of these is in the main table's geometric mean.
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from jax_gather import bench
+from jax_gather.bench.timing import SETTLE_S, paired, paired_rounds
 
 # Data of the issue that set these goals: a 1000 x 64 float32 table, 64 ids.
 ROWS, COLS, IDS = 1000, 64, 64
@@ -266,7 +266,7 @@ def run(
     rounds: int | None = None,
     reps: int | None = None,
     only: str | None = None,
-    settle: float = bench.SETTLE_S,
+    settle: float = SETTLE_S,
 ) -> list[dict[str, Any]]:
     """Measures every overhead case; one row of results each."""
     cases = [c for c in CASES if (c.quick or not quick) and (only is None or only in c.name)]
@@ -278,9 +278,9 @@ def run(
     for case in cases:
         ours, peer = case.make()
         calls = {"jax_gather": ours, "jax_gather[again]": ours, case.peer: peer}
-        times = bench._paired_rounds(calls, rounds, reps, settle)
-        ratio, interval = bench._paired(times["jax_gather"], times[case.peer])
-        same, same_interval = bench._paired(times["jax_gather"], times["jax_gather[again]"])
+        times = paired_rounds(calls, rounds, reps, settle)
+        ratio, interval = paired(times["jax_gather"], times[case.peer])
+        same, same_interval = paired(times["jax_gather"], times["jax_gather[again]"])
         rows.append(
             {
                 "case": case.name,

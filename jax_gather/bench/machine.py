@@ -1,0 +1,47 @@
+"""The machine a run measured, as the benchmark's JSON records it (:func:`describe_machine`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def describe_machine() -> dict[str, Any]:
+    """The machine a run measured: versions, devices, and the CPU's model and the vector
+    extensions XLA:CPU compiles for (the CPU lowerings' gains depend on them)."""
+    import os
+    import platform
+
+    import jax
+
+    return {
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "processor": _cpu_model() or platform.processor() or platform.machine(),
+        "vector_extensions": _vector_extensions(),
+    }
+
+
+def _cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read()
+    except OSError:  # not Linux
+        return ""
+
+
+def _cpu_model() -> str:
+    for line in _cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _vector_extensions() -> list[str]:
+    flags = next(
+        (line.split(":", 1)[1].split() for line in _cpuinfo().splitlines() if line.startswith("flags")), []
+    )
+    return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve") if f in flags]
