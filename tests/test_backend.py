@@ -16,7 +16,7 @@ from jax.test_util import check_grads
 from onnx import TensorProto, helper, numpy_helper
 
 import jax_gather
-from jax_gather import backend
+from jax_gather import _onnx_graph, backend
 from tests import reference
 from tests.compat import enable_x64
 from tests.onnx_models import GraphBuilder, onnx_node_cases, onnxruntime_session
@@ -365,7 +365,7 @@ def test_run_is_one_program_per_shape_and_never_node_by_node(monkeypatch):
     def node_by_node(*args):
         raise AssertionError("evaluated node by node")
 
-    monkeypatch.setattr(backend, "_evaluate", node_by_node)
+    monkeypatch.setattr(_onnx_graph, "evaluate", node_by_node)
     with counting_compiles() as count:
         _assert_outputs(rep.run([data, np.array([0, 0, -2])]), expected)
         _assert_outputs(rep.run([data + 1, np.array([-2, 0, 0])]), [expected[0] + 1])
@@ -457,15 +457,15 @@ def test_index_inputs_of_either_kind_compile_no_more_programs():
 def test_a_model_prepared_for_a_device_runs_there():
     code = """
 import numpy as np
-from jax_gather import backend
+from jax_gather import _backend_program, backend
 from tests.test_backend import _gather_model
 seen = []
-run = backend._Program.run
+run = _backend_program.Program.run
 def spy(self, feeds, *rest):
     outputs = run(self, feeds, *rest)
     seen.append(sorted(d.id for d in outputs[0].devices()))
     return outputs
-backend._Program.run = spy
+_backend_program.Program.run = spy
 rep = backend.prepare(_gather_model(), "CPU:1")  # no constants: every argument is a feed
 print(rep.run([np.arange(6, dtype=np.float32).reshape(3, 2), np.array([2, -3])])[0].tolist(), seen)
 """
@@ -837,8 +837,8 @@ def test_a_remembered_signature_is_not_validated_again_but_every_run_is_judged(m
     data = b.feeds[table]
     _assert_outputs(rep.run(b.feeds), [data[[0, 4, 2]]])
     validated = []
-    real_feeds = backend._feeds
-    monkeypatch.setattr(backend, "_feeds", lambda *args: validated.append(1) or real_feeds(*args))
+    real_feeds = _onnx_graph.checked_feeds
+    monkeypatch.setattr(_onnx_graph, "checked_feeds", lambda *args: validated.append(1) or real_feeds(*args))
     for picked in ([1, 1, 3], [-1, 0, -5], [4, 3, 2]):  # in range, negatives, in range again
         _assert_outputs(rep.run({table: data, ids: np.array(picked)}), [data[picked]])
     assert validated == []  # a signature that ran is valid: its later runs skip the checks
