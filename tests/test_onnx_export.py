@@ -23,6 +23,7 @@ from onnx.reference import ReferenceEvaluator
 
 import jax_gather
 from jax_gather import backend, ops
+from jax_gather._arguments import Mode
 from jax_gather.onnx_export import onnx_gather_p
 from tests import reference
 from tests.onnx_models import GraphBuilder, one_node_model, onnxruntime_session
@@ -556,7 +557,7 @@ def test_eager_programs_are_not_shared_with_an_export(mode):
     after = call()
     np.testing.assert_array_equal(after, before)
     plan = jax_gather.gather_plan(table.shape, ids.shape)
-    programs = [ops._programs(plan, None)(m) for m in ("in_range", "promise_in_bounds", "clip")]
+    programs = [ops._programs(plan, None)(m) for m in (Mode.IN_RANGE, Mode.PROMISE_IN_BOUNDS, Mode.CLIP)]
     assert not any(onnx_gather_p.name in str(jax.make_jaxpr(p)(table, ids)) for p in programs)
 
 
