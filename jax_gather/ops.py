@@ -181,10 +181,11 @@ def _run(
     gather of ``data`` at ``indices`` in ``mode``.
 
     An eager call whose signature (``_eager.signature``) was validated before goes straight to
-    its remembered call, which tests the indices and runs one jitted program. Anything else is
-    validated (``_validated``: errors, lists, strings, a first call) and then takes one of two
-    paths: an eager call (concrete data and indices, a concrete fill) is made, remembered and
-    run (``_eager_call``); anything in a trace becomes the op in the trace (``_traced``). An
+    its remembered call, which tests the indices and runs one jitted program. Anything else (a
+    first call, tracers, lists, errors) is validated: string data goes to ``_gather_strings``,
+    the rest (``_validated``) takes one of two paths: an eager call (concrete data and indices,
+    a static fill) is made, remembered and run (``_eager_call``); anything else becomes the op in
+    the trace around it (``_traced``). An
     eager call's IndexError inside an open trace (constants in a branch of ``lax.cond``) is not
     raised: the indices are then judged in the program, where the op runs.
     """
@@ -231,7 +232,7 @@ class _Validated(NamedTuple):
 
     @property
     def eager(self) -> bool:
-        """Whether the call is eager: everything its program reads but data is concrete."""
+        """Whether the call is eager: data and indices concrete, and the fill (if any) static."""
         return self.concrete is not None and self.fill is None and not isinstance(self.data, jax.core.Tracer)
 
 
