@@ -1,8 +1,11 @@
 """Differences between the JAX releases the project supports (jax >= 0.4.35)."""
 
+import functools
 import re
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 JAX_VERSION = tuple(int(part) for part in re.findall(r"\d+", jax.__version__)[:3])
 
@@ -10,3 +13,21 @@ if hasattr(jax, "enable_x64"):
     enable_x64 = jax.enable_x64
 else:  # before jax 0.7
     from jax.experimental import enable_x64  # noqa: F401
+
+if hasattr(jax.monitoring, "unregister_event_duration_listener"):
+    unregister_event_duration_listener = jax.monitoring.unregister_event_duration_listener
+else:  # jax 0.4.35 has only the private one, "for testing only"
+    from jax._src.monitoring import (  # noqa: F401
+        _unregister_event_duration_listener_by_callback as unregister_event_duration_listener,
+    )
+
+
+@functools.cache
+def jax_gathers(dtype) -> bool:
+    """Whether this JAX gathers ``dtype`` at all (``jnp.take``): jax 0.4.35's XLA:CPU refuses a
+    gather of the sub-byte integers (int4, int2...), and float4_e2m1fn is no JAX dtype there."""
+    try:
+        jax.block_until_ready(jnp.take(np.zeros(2, dtype), np.array([1])))
+    except (TypeError, RuntimeError):  # XlaRuntimeError is a RuntimeError
+        return False
+    return True

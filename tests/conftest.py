@@ -6,14 +6,21 @@ from hypothesis import settings
 
 from jax_gather import _cpu
 
-# JAX_GATHER_EXAMPLES=400 pytest draws ten times as many cases as the default run.
-settings.register_profile(
-    "jax_gather",
-    deadline=None,
-    print_blob=True,
-    max_examples=int(os.environ.get("JAX_GATHER_EXAMPLES", 40)),
-)
+# JAX_GATHER_EXAMPLES=400 pytest draws ten times as many cases as the default run; pytest -m core
+# (the fast tier) a quarter as many, unless JAX_GATHER_EXAMPLES says how many.
+for profile, examples in [("jax_gather", 40), ("jax_gather_core", 10)]:
+    settings.register_profile(
+        profile,
+        deadline=None,
+        print_blob=True,
+        max_examples=int(os.environ.get("JAX_GATHER_EXAMPLES", examples)),
+    )
 settings.load_profile("jax_gather")
+
+
+def pytest_configure(config):
+    if config.getoption("markexpr") == "core":
+        settings.load_profile("jax_gather_core")
 
 
 @pytest.fixture

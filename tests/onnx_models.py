@@ -9,6 +9,10 @@ import warnings
 
 import ml_dtypes
 import numpy as np
+import pytest
+
+pytest.importorskip("onnx")  # the [onnx] extra: the modules importing this one are skipped without it
+
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 

@@ -14,6 +14,8 @@ import jax
 import numpy as np
 from jax import export
 
+from tests.compat import unregister_event_duration_listener
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -34,7 +36,7 @@ def counting_compiles() -> Iterator[list[int]]:
     try:
         yield count
     finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
+        unregister_event_duration_listener(listener)
 
 
 def bits(x: Any) -> np.ndarray:

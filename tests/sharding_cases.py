@@ -28,7 +28,7 @@ from jax.experimental import checkify
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_gather
-from tests import reference
+from tests import ops_table, reference
 from tests.strategies import make_indices, make_wild_indices
 
 DEVICES = 8
@@ -157,7 +157,7 @@ def _indices(p: Placement, out_of_bounds: bool, seed: int = 0) -> np.ndarray:
 def _expected(p: Placement, mode: str, data: np.ndarray, idx: np.ndarray, ct: np.ndarray):
     """The NumPy reference's result, and the gradient: the cotangent scatter-added onto the
     positions that were read (none for filled positions)."""
-    ref = getattr(reference, p.op)
+    ref = ops_table.OPS[p.op].reference
     ref_mode = {"checked": "fill", "fill": "fill", "clip": "clip", "promise_in_bounds": "raise"}[mode]
     batch = {"batch_dims": p.batch_dims} if p.batch_dims else {}
     out = ref(data, idx, p.attr, mode=ref_mode, fill=np.nan, **batch)
@@ -187,7 +187,7 @@ def _mesh(shape):
 
 
 def _op(p: Placement, mode: str):
-    op = getattr(jax_gather, p.op)
+    op = ops_table.OPS[p.op].fn
     if p.batch_dims:
         return lambda d, i: op(d, i, p.attr, batch_dims=p.batch_dims, mode=mode)
     return lambda d, i: op(d, i, p.attr, mode=mode)

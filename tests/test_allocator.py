@@ -1,5 +1,9 @@
 """tune_cpu_allocator: idempotent, a warned no-op where it cannot act, and it removes the
-fresh-page faults of repeated large allocations (counted, not timed)."""
+fresh-page faults of repeated large allocations (counted, not timed).
+
+mallopt changes the allocator of the whole process: the calls that reach it run in a child
+process, never in pytest's; the tests that stay here make sure they cannot reach it.
+"""
 
 import ctypes
 import subprocess
@@ -9,6 +13,7 @@ import textwrap
 import pytest
 
 from jax_gather import allocator
+from tests.programs import stdout_with_cpu_devices
 
 FAULTS = textwrap.dedent(
     """
@@ -44,13 +49,23 @@ def test_tuning_removes_page_faults_of_repeated_large_allocations():
     assert _faults_per_64_mib("tuned") < 50
 
 
-def test_idempotent(monkeypatch):
-    monkeypatch.setattr(allocator, "_state", None)
-    first = allocator.tune_cpu_allocator()
-    assert allocator.tune_cpu_allocator() is first
-    if allocator._glibc() is not None:
-        assert first.applied
-        assert dict(first.settings) == {"M_ARENA_MAX": 1, "M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 1 << 30}
+def _no_mallopt():
+    raise AssertionError("tune_cpu_allocator reached mallopt in the pytest process")
+
+
+def test_idempotent():
+    # In a child process: its first call sets the allocator's policy (a fresh process: no _state).
+    code = """
+        from jax_gather import allocator
+        assert allocator._state is None
+        first = allocator.tune_cpu_allocator()
+        assert allocator.tune_cpu_allocator() is first
+        if allocator._glibc() is not None:
+            assert first.applied
+            assert dict(first.settings) == {"M_ARENA_MAX": 1, "M_MMAP_MAX": 0, "M_TRIM_THRESHOLD": 1 << 30}
+        print("checked")
+    """
+    assert stdout_with_cpu_devices(textwrap.dedent(code), devices=1).split() == ["checked"]
 
 
 def test_no_op_with_a_warning_where_it_cannot_act(monkeypatch):
@@ -66,6 +81,7 @@ def test_no_op_with_a_warning_where_it_cannot_act(monkeypatch):
 def test_a_trim_threshold_a_c_int_cannot_hold_is_refused(monkeypatch, value):
     # Unchecked, 1 << 32 reached mallopt as 0 (its low 32 bits) and was reported as applied.
     monkeypatch.setattr(allocator, "_state", None)
+    monkeypatch.setattr(allocator, "_glibc", _no_mallopt)
     with pytest.raises(
         ValueError,
         match=rf"^tune_cpu_allocator: trim_threshold must be in \[0, 2147483647\] \(mallopt takes a C int\), "
@@ -78,6 +94,7 @@ def test_a_trim_threshold_a_c_int_cannot_hold_is_refused(monkeypatch, value):
 @pytest.mark.parametrize("value", [1.5, "1", True, None])
 def test_a_trim_threshold_that_is_not_an_integer_is_refused(monkeypatch, value):
     monkeypatch.setattr(allocator, "_state", None)
+    monkeypatch.setattr(allocator, "_glibc", _no_mallopt)
     with pytest.raises(TypeError, match=r"^tune_cpu_allocator: trim_threshold must be an integer, got "):
         allocator.tune_cpu_allocator(trim_threshold=value)
 

@@ -9,10 +9,14 @@ import unittest
 import jax
 import jax.numpy as jnp
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from jax.test_util import check_grads
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import jax_gather

@@ -17,6 +17,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import event, given, note, strategies as st
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
 from onnx import printer
 
 from jax_gather import backend

@@ -13,6 +13,8 @@ import jax_gather
 from tests import reference
 from tests.strategies import batched_gather_cases, make_data, make_indices, make_wild_indices
 
+pytestmark = pytest.mark.core  # the fast tier: pytest -m core
+
 MODES = ["checked", "clip", "fill", "promise_in_bounds"]
 REFERENCE_MODE = {"checked": "raise", "promise_in_bounds": "raise", "clip": "clip", "fill": "fill"}
 
@@ -115,6 +117,8 @@ def test_jax_export_serializes_a_symbolic_batch():
 
 
 def test_exports_to_onnx_as_gathernd_with_batch_dims():
+    pytest.importorskip("jax2onnx")  # the [export] extra
+    pytest.importorskip("onnxruntime")
     import jax2onnx
     import onnx
 

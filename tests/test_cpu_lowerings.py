@@ -17,7 +17,7 @@ from jax.test_util import check_grads
 
 import jax_gather
 from jax_gather import _cpu, _lowering, plans
-from tests import reference
+from tests import ops_table, reference
 from tests.compat import enable_x64
 from tests.programs import bits, module_for, random_bits
 from tests.strategies import make_indices, make_wild_indices
@@ -297,18 +297,18 @@ def test_fill_matches_the_reference_in_every_direction(dtype, fill, expected_fil
         rng = np.random.default_rng(0)
         data = random_bits(rng, dtype, (6, 7, 5))
         i_dtype = np.int64 if wide else np.int32
-        # (op, its attribute, indices, the reference); the last reads data[:4, :, :2]
-        ge_reference = reference.gather_elements
+        # (op, its attribute, indices); the last reads data[:4, :, :2]
         calls = [
-            (jax_gather.gather_nd, 0, make_wild_indices((40, 3), (6, 7, 5), i_dtype, 1), reference.gather_nd),
-            (jax_gather.gather_nd, 1, make_wild_indices((6, 30, 2), (7, 5), i_dtype, 2), reference.gather_nd),
-            (jax_gather.gather_nd, 0, make_wild_indices((12, 2), (6, 7), i_dtype, 3), reference.gather_nd),
-            (jax_gather.gather, 0, make_wild_indices((3, 5), 6, i_dtype, 4), reference.gather),
-            (jax_gather.gather, 1, make_wild_indices((11,), 7, i_dtype, 5), reference.gather),
-            (jax_gather.gather_elements, 1, make_wild_indices((6, 9, 5), 7, i_dtype, 6), ge_reference),
-            (jax_gather.gather_elements, 1, make_wild_indices((4, 3, 2), 7, i_dtype, 7), ge_reference),
-        ]  # fmt: skip
-        for op, attribute, indices, ref in calls:
+            ("gather_nd", 0, make_wild_indices((40, 3), (6, 7, 5), i_dtype, 1)),
+            ("gather_nd", 1, make_wild_indices((6, 30, 2), (7, 5), i_dtype, 2)),
+            ("gather_nd", 0, make_wild_indices((12, 2), (6, 7), i_dtype, 3)),
+            ("gather", 0, make_wild_indices((3, 5), 6, i_dtype, 4)),
+            ("gather", 1, make_wild_indices((11,), 7, i_dtype, 5)),
+            ("gather_elements", 1, make_wild_indices((6, 9, 5), 7, i_dtype, 6)),
+            ("gather_elements", 1, make_wild_indices((4, 3, 2), 7, i_dtype, 7)),
+        ]
+        for name, attribute, indices in calls:
+            op, ref = ops_table.OPS[name].fn, ops_table.OPS[name].reference
             fn = lambda d, i: op(d, i, attribute, mode="fill", fill_value=fill)
             out = (jax.jit(fn) if jit else fn)(data, indices)
             expected = ref(data, indices, attribute, mode="fill", fill=expected_fill)
@@ -418,7 +418,7 @@ def _read_positions(op, data_shape, indices, attribute, mode):
     """The flat position of data each output element reads, -1 where it is filled: by the NumPy
     reference, on an iota of data's shape."""
     iota = np.arange(int(np.prod(data_shape))).reshape(data_shape)
-    return getattr(reference, op)(iota, indices, attribute, mode=mode, fill=-1)
+    return ops_table.OPS[op].reference(iota, indices, attribute, mode=mode, fill=-1)
 
 
 def _reference_grad(positions, data_shape, cotangent):
@@ -449,7 +449,7 @@ def _loss(op, shape, indices, attribute, mode):
     ``loss(data, fill) = sum(op(data, indices, attribute, mode, fill) * cotangent)``."""
     rng = np.random.default_rng(8)
     data = rng.standard_normal(shape).astype(np.float32)
-    fn = getattr(jax_gather, op)
+    fn = ops_table.OPS[op].fn
     positions = _read_positions(op, shape, indices, attribute, mode)
     cotangent = rng.standard_normal(positions.shape).astype(np.float32)
     loss = lambda d, fill: jnp.sum(fn(d, indices, attribute, mode=mode, fill_value=fill) * cotangent)
@@ -498,9 +498,9 @@ def test_under_vmap_and_checkify():
     data = rng.standard_normal((4, 6, 7)).astype(np.float32)
     indices = make_indices((4, 9, 2), (6, 7), np.int32, seed=2)
     for op, attribute, idx in [("gather_nd", 0, indices), ("gather", 1, indices[..., 0] % 6)]:
-        fn = getattr(jax_gather, op)
+        fn = ops_table.OPS[op].fn
         out = jax.jit(jax.vmap(lambda d, i: fn(d, i, attribute, mode="fill")))(data, idx)
-        expected = np.stack([getattr(reference, op)(data[b], idx[b], attribute) for b in range(4)])
+        expected = np.stack([ops_table.OPS[op].reference(data[b], idx[b], attribute) for b in range(4)])
         np.testing.assert_array_equal(np.asarray(out), expected)
     indices[2, 3] = (1, 7)
     checked = jax_gather.checked(jax.jit(lambda d, i: jax_gather.gather_nd(d, i, 1)))

@@ -5,7 +5,11 @@ smaller than data, so it only sees same-shape, in-bounds cases; onnxruntime sees
 """
 
 import numpy as np
+import pytest
 from hypothesis import given, note, strategies as st
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
 
 import jax_gather
 from tests.compat import enable_x64

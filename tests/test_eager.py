@@ -16,22 +16,14 @@ import jax_gather
 from jax_gather import _cpu_client, _eager, _host_bounds, ops, plans
 from jax_gather._arguments import Mode
 from jax_gather._host_bounds import Verdict
-from tests import reference
+from tests import ops_table, reference
 from tests.compat import enable_x64
 from tests.programs import counting_compiles
 from tests.strategies import INDEX_DTYPES, make_data, make_wild_indices
 
-OPS = {
-    "gather": (jax_gather.gather, plans.gather_plan, reference.gather, (5, 4), 0),
-    "gather_elements": (
-        jax_gather.gather_elements,
-        plans.gather_elements_plan,
-        reference.gather_elements,
-        (5, 4),
-        0,
-    ),
-    "gather_nd": (jax_gather.gather_nd, plans.gather_nd_plan, reference.gather_nd, (5, 4), 0),
-}
+pytestmark = pytest.mark.core  # the fast tier: pytest -m core
+
+OPS = {name: (op.fn, op.plan, op.reference, (5, 4), 0) for name, op in ops_table.OPS.items()}
 
 
 def _indices(name, values):

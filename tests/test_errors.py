@@ -9,6 +9,8 @@ import pytest
 
 from jax_gather import gather, gather_elements, gather_nd
 
+pytestmark = pytest.mark.core  # the fast tier: pytest -m core
+
 D = np.zeros((2, 3, 4), np.float32)
 IDS = np.array([0, 1])
 

@@ -17,7 +17,7 @@ from jax import export
 from jax.experimental import checkify
 
 import jax_gather
-from tests import reference
+from tests import ops_table
 
 PLATFORMS = ("cpu", "cuda", "tpu")
 MODES = ("checked", "fill", "clip", "promise_in_bounds")
@@ -96,7 +96,7 @@ def _host_callbacks(module: str) -> list[str]:
 def test_symbolic_shapes_export_serialize_and_run_at_every_size(
     op, data_shape, indices_shape, attr, constraints, concrete, mode
 ):
-    fn = getattr(jax_gather, op)
+    fn = ops_table.OPS[op].fn
     f = jax.jit(lambda d, i: fn(d, i, attr, mode=mode))
     exported = export.export(f, platforms=PLATFORMS)(*_specs(data_shape, indices_shape, constraints))
     module = exported.mlir_module()
@@ -104,7 +104,7 @@ def test_symbolic_shapes_export_serialize_and_run_at_every_size(
     assert "stablehlo.while" not in module and not _host_callbacks(module)
     assert not exported.ordered_effects and not exported.unordered_effects
     restored = export.deserialize(exported.serialize())
-    ref = getattr(reference, op)
+    ref = ops_table.OPS[op].reference
     for k, (d_shape, i_shape) in enumerate(concrete):
         data = np.random.default_rng(k).standard_normal(d_shape).astype(np.float32)
         idx = _indices(op, d_shape, i_shape, attr, out_of_bounds=mode != "promise_in_bounds", seed=k)
@@ -114,7 +114,7 @@ def test_symbolic_shapes_export_serialize_and_run_at_every_size(
 
 @pytest.mark.parametrize("op, data_shape, indices_shape, attr, constraints, concrete", CASES, ids=IDS)
 def test_symbolic_shapes_export_the_gradient(op, data_shape, indices_shape, attr, constraints, concrete):
-    fn = getattr(jax_gather, op)
+    fn = ops_table.OPS[op].fn
     grad = jax.jit(jax.grad(lambda d, i: fn(d, i, attr).sum()))
     exported = export.export(grad, platforms=PLATFORMS)(*_specs(data_shape, indices_shape, constraints))
     assert "stablehlo.scatter" in exported.mlir_module()
@@ -123,7 +123,8 @@ def test_symbolic_shapes_export_the_gradient(op, data_shape, indices_shape, attr
     data = np.zeros(d_shape, np.float32)
     idx = _indices(op, d_shape, i_shape, attr, out_of_bounds=True, seed=7)
     # The gradient counts how often each element was read; filled positions read nothing.
-    positions = getattr(reference, op)(np.arange(data.size).reshape(d_shape), idx, attr, mode="fill", fill=-1)
+    iota = np.arange(data.size).reshape(d_shape)
+    positions = ops_table.OPS[op].reference(iota, idx, attr, mode="fill", fill=-1)
     expected = np.bincount(positions[positions >= 0].ravel(), minlength=data.size).reshape(d_shape)
     np.testing.assert_array_equal(np.asarray(restored.call(data, idx)), expected)
 

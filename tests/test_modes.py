@@ -11,7 +11,7 @@ import pytest
 from jax.experimental import checkify
 
 import jax_gather
-from tests import reference
+from tests import ops_table
 from tests.compat import enable_x64
 from tests.programs import counting_compiles
 
@@ -19,22 +19,16 @@ DATA = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
 
 # (op, reference, indices with out-of-bounds values, attribute); data is DATA.
 OOB_CASES = {
-    "gather": (jax_gather.gather, reference.gather, np.array([[0, 3, -3], [-4, 2, 7]]), 1),
-    "gather_elements": (
-        jax_gather.gather_elements,
-        reference.gather_elements,
-        np.array([[[0, 4, -4, 9]], [[-5, 3, 1, 0]]]),
-        2,
-    ),
-    "gather_nd": (
-        jax_gather.gather_nd,
-        reference.gather_nd,
-        np.array([[[1, 3], [2, -5], [-3, 0]], [[3, 0], [0, 0], [-1, -1]]]),
-        1,
-    ),
+    name: (ops_table.OPS[name].fn, ops_table.OPS[name].reference, idx, attr)
+    for name, idx, attr in [
+        ("gather", np.array([[0, 3, -3], [-4, 2, 7]]), 1),
+        ("gather_elements", np.array([[[0, 4, -4, 9]], [[-5, 3, 1, 0]]]), 2),
+        ("gather_nd", np.array([[[1, 3], [2, -5], [-3, 0]], [[3, 0], [0, 0], [-1, -1]]]), 1),
+    ]
 }
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name", OOB_CASES)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("mode", ["fill", "clip"])
@@ -45,6 +39,7 @@ def test_mode_matches_reference_on_out_of_bounds(name, jit, mode):
     np.testing.assert_array_equal(np.asarray(out), ref(DATA, idx, attr, mode=mode, fill=np.nan))
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_fill_value_is_used(name):
     op, ref, idx, attr = OOB_CASES[name]
@@ -54,11 +49,13 @@ def test_fill_value_is_used(name):
     )
 
 
+@pytest.mark.core
 def test_fill_value_may_be_traced():
     f = jax.jit(lambda d, i, v: jax_gather.gather(d, i, mode="fill", fill_value=v))
     np.testing.assert_array_equal(f(np.arange(3.0), np.array([5, 1]), 9.0), [9.0, 1.0])
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_eager_calls_on_device_arrays_make_no_host_to_device_transfer(name):
     # A fill value passed to the program as an argument would be an implicit transfer per call.
@@ -81,6 +78,7 @@ def test_eager_calls_on_device_arrays_make_no_host_to_device_transfer(name):
     np.testing.assert_array_equal(outs["promise_in_bounds"], expected)
 
 
+@pytest.mark.core
 def test_a_nan_or_signed_zero_fill_value_is_kept_and_compiled_once():
     data, idx = jnp.asarray(DATA[0, 0]), jnp.asarray([9, 1])
     with counting_compiles() as first:
@@ -93,6 +91,7 @@ def test_a_nan_or_signed_zero_fill_value_is_kept_and_compiled_once():
     assert zero[0] == 0 and np.signbit(zero[0])
 
 
+@pytest.mark.core
 @pytest.mark.parametrize(
     "dtype, expected",
     [
@@ -116,6 +115,7 @@ def test_default_fill_values_follow_jnp_take(dtype, expected):
     np.testing.assert_array_equal(wide(out), wide(jnp.take(data, jnp.array([5]), mode="fill")))
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_promise_in_bounds_is_exact_when_kept(name):
     op, ref, idx, attr = OOB_CASES[name]
@@ -143,6 +143,7 @@ EAGER_MESSAGES = {
 }
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_checked_eager_raises_index_error_naming_the_first_offender(name):
     op, _, idx, attr = OOB_CASES[name]
@@ -151,6 +152,7 @@ def test_checked_eager_raises_index_error_naming_the_first_offender(name):
             op(DATA, indices, attr)
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_checked_on_closure_constant_indices_is_judged_where_the_op_runs(name):
     # Under a trace the constants are judged as traced indices are: the checked check in the
@@ -187,6 +189,7 @@ def test_constant_indices_in_a_branch_never_taken_are_not_judged(name, constant_
     assert str(taken.value) == str(eager.value)
 
 
+@pytest.mark.core
 def test_openvino_constant_indices_in_a_branch_never_taken_are_not_judged():
     from jax_gather import openvino
 
@@ -203,6 +206,7 @@ def test_openvino_constant_indices_in_a_branch_never_taken_are_not_judged():
         openvino.gather(d, np.array([1, -1]), 0, version=7)
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_checked_under_plain_jit_returns_the_fill_result(name):
     op, ref, idx, attr = OOB_CASES[name]
@@ -210,6 +214,7 @@ def test_checked_under_plain_jit_returns_the_fill_result(name):
     np.testing.assert_array_equal(np.asarray(out), ref(DATA, idx, attr, mode="fill", fill=np.nan))
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_checked_under_checkify_reports_the_offender(name):
     op, _, idx, attr = OOB_CASES[name]
@@ -220,6 +225,7 @@ def test_checked_under_checkify_reports_the_offender(name):
         jax_gather.checked(f)(DATA, idx)
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0)])
 def test_checked_under_vmap(in_axes):
     data = np.stack([DATA[0]] * 3)
@@ -236,6 +242,7 @@ def test_checked_under_vmap(in_axes):
     assert out.shape == (3, 3, 2)
 
 
+@pytest.mark.core
 def test_checked_under_vmap_names_the_batch_element_of_any_check():
     from jax_gather import openvino
 
@@ -305,6 +312,7 @@ def test_checked_under_vmap_with_batched_index_tuples(name, batched_data):
     assert len(re.findall(r'"stablehlo.gather"|stablehlo.gather\(', text)) == 1, text
 
 
+@pytest.mark.core
 def test_checked_under_grad():
     f = lambda d, i: jax_gather.gather_elements(d, i, 0).sum()
     g = jax_gather.checked(jax.jit(jax.grad(f)), errors=checkify.index_checks)
@@ -322,6 +330,7 @@ def test_checked_under_grad():
             plain(np.ones((3, 2)), np.array([[0, -4]]))
 
 
+@pytest.mark.core
 @pytest.mark.filterwarnings("ignore:jax_gather.checked.*JAX cannot trace its own index checks")
 def test_checked_with_indices_computed_from_differentiated_data():
     # Traced integer indices carry a (zero) tangent through the check under jvp and grad.
@@ -338,6 +347,7 @@ def test_checked_with_indices_computed_from_differentiated_data():
         jax_gather.checked(jax.jit(jax.grad(f)))(d, 5)
 
 
+@pytest.mark.core
 def test_checked_gather_grad_keeps_jax_index_checks():
     g = jax_gather.checked(
         jax.jit(jax.grad(lambda d, i: jax_gather.gather(d, i, 1).sum())), errors=checkify.index_checks
@@ -357,6 +367,7 @@ def test_checked_wrapper_accepts_deliberate_out_of_bounds_modes(name, mode):
         np.testing.assert_array_equal(np.asarray(fn(DATA, idx)), ref(DATA, idx, attr, mode=mode, fill=np.nan))
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_checked_wrapper_reports_a_broken_promise_like_the_checked_mode(name):
     op, _, idx, attr = OOB_CASES[name]
@@ -368,6 +379,7 @@ def test_checked_wrapper_reports_a_broken_promise_like_the_checked_mode(name):
     assert str(broken.value) == str(checked_mode.value)
 
 
+@pytest.mark.core
 def test_checked_wrapper_catches_other_indexing_when_asked():
     with pytest.raises(IndexError, match="out-of-bounds"):
         jax_gather.checked(jax.jit(lambda d, i: d[i]), errors=checkify.index_checks)(np.arange(3.0), 5)
@@ -394,6 +406,7 @@ def test_checked_wrapper_judges_only_the_library(name):
         jax_gather.checked(jax.jit(fn), errors=checkify.index_checks)(x, i)
 
 
+@pytest.mark.core
 def test_a_users_own_check_keeps_its_message_and_kind():
     def fn(x, i):
         checkify.check(jnp.all(i >= 0), "ids must be non-negative, got {}", i[0])
@@ -419,6 +432,7 @@ def test_a_users_own_check_keeps_its_message_and_kind():
         mimic(jnp.arange(3.0))
 
 
+@pytest.mark.core
 def test_checked_wrapper_traces_once_per_signature_even_when_it_raises():
     traces = []
 
@@ -438,6 +452,7 @@ def test_checked_wrapper_traces_once_per_signature_even_when_it_raises():
         assert len(traces) == 2
 
 
+@pytest.mark.core
 @pytest.mark.parametrize(
     "transform",
     [jax.jit, jax.vmap, lambda f: jax.jit(jax.vmap(f)), lambda f: jax.grad(lambda x, i: f(x, i).sum())],
@@ -451,6 +466,7 @@ def test_checked_wrapper_inside_a_transformation_says_where_it_goes(transform):
         transform(wrapped)(x, i)
 
 
+@pytest.mark.core
 def test_checked_wrapper_reading_a_tracer_says_where_it_goes():
     @jax.jit
     def outer(x):
@@ -460,11 +476,13 @@ def test_checked_wrapper_reading_a_tracer_says_where_it_goes():
         outer(jnp.ones(3))
 
 
+@pytest.mark.core
 def test_checked_wrapper_returns_result_and_passes_kwargs():
     f = jax_gather.checked(lambda d, i, axis: jax_gather.gather(jnp.asarray(d), i, axis))
     np.testing.assert_array_equal(f(DATA, jnp.array([1]), axis=2), DATA[:, :, [1]])
 
 
+@pytest.mark.core
 def test_no_gradient_flows_to_filled_positions():
     for mode in ("fill", "checked"):
         g = jax.jit(
@@ -475,6 +493,7 @@ def test_no_gradient_flows_to_filled_positions():
         np.testing.assert_array_equal(g(np.ones(3)), [1.0, 0.0, 1.0])
 
 
+@pytest.mark.core
 def test_clip_gradient_goes_to_the_clamped_position():
     g = jax.grad(lambda d: jax_gather.gather(d, np.array([0, 7, -9]), mode="clip").sum())
     np.testing.assert_array_equal(g(np.ones(3)), [2.0, 0.0, 1.0])
@@ -485,6 +504,7 @@ def test_clip_gradient_goes_to_the_clamped_position():
 BIG = 2**32 + 1
 
 
+@pytest.mark.core
 def test_int64_host_indices_with_x64_off_are_never_wrapped():
     data = np.arange(4.0)
     idx = np.array([BIG, 1], dtype=np.int64)
@@ -497,6 +517,7 @@ def test_int64_host_indices_with_x64_off_are_never_wrapped():
     np.testing.assert_array_equal(jax_gather.gather(data, big_u, mode="fill"), [np.nan, 2.0])
 
 
+@pytest.mark.core
 @pytest.mark.parametrize(
     "op, idx, attr",
     [
@@ -518,6 +539,7 @@ def test_int64_traced_indices_with_x64_on_are_never_wrapped(op, idx, attr):
             op(data, i, attr)
 
 
+@pytest.mark.core
 def test_uint64_with_x64_on():
     with enable_x64(True):
         data = jnp.arange(5)

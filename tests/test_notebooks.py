@@ -13,8 +13,12 @@ import importlib.util
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
+
+pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+import nbformat
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 EXPECTED = ("01_semantics.ipynb", "02_in_jax_programs.ipynb", "03_performance.ipynb")

@@ -13,24 +13,26 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import jax2onnx
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
 from hypothesis import given, note, strategies as st
+
+pytest.importorskip("jax2onnx")
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import jax2onnx
+import onnx
 from onnx.reference import ReferenceEvaluator
 
 import jax_gather
 from jax_gather import backend, ops
 from jax_gather._arguments import Mode
 from jax_gather.onnx_export import onnx_gather_p
-from tests import reference
+from tests import ops_table, reference
 from tests.onnx_models import GraphBuilder, one_node_model, onnxruntime_session
 from tests.strategies import (
-    gather_cases,
-    gather_elements_cases,
-    gather_nd_cases,
     make_data,
     make_indices,
     make_wild_indices,
@@ -38,11 +40,7 @@ from tests.strategies import (
 
 jax_gather.register_jax2onnx()
 
-OPS = {
-    "Gather": (jax_gather.gather, reference.gather, "axis"),
-    "GatherElements": (jax_gather.gather_elements, reference.gather_elements, "axis"),
-    "GatherND": (jax_gather.gather_nd, reference.gather_nd, "batch_dims"),
-}
+OPS = {name: (op.fn, op.reference, op.attribute) for name, op in ops_table.BY_ONNX.items()}
 GATHER_NODES = set(OPS)
 MODES = ["checked", "promise_in_bounds", "clip", "fill"]
 REFERENCE_MODE = {"checked": "raise", "promise_in_bounds": "raise", "clip": "clip", "fill": "fill"}
@@ -216,7 +214,7 @@ def test_a_fill_value_is_the_where_s_other_branch():
 @st.composite
 def any_case(draw):
     op = draw(st.sampled_from(list(OPS)))
-    strategy = dict(zip(OPS, [gather_cases, gather_elements_cases, gather_nd_cases]))[op]
+    strategy = ops_table.BY_ONNX[op].cases
     index_dtypes = (np.int32, np.int8, np.uint8, np.int16)
     data_shape, indices_shape, attribute, seed, dtype = draw(strategy(index_dtypes=index_dtypes))
     return op, data_shape, indices_shape, attribute, seed, dtype, draw(st.sampled_from(["clip", "fill"]))

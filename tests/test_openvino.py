@@ -29,6 +29,7 @@ from tests.strategies import (
     make_indices,
 )
 
+pytest.importorskip("openvino")
 ov = import_openvino()  # (its telemetry declined: no fork in this JAX process)
 opset1, opset5, opset6, opset7, opset8 = ov.opset1, ov.opset5, ov.opset6, ov.opset7, ov.opset8
 DATA_DTYPES = [np.float32, np.float16, np.int32, np.int64, np.int8, np.uint8, np.bool_]

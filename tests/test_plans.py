@@ -5,6 +5,8 @@ from jax import export, lax
 
 from jax_gather import gather_elements_plan, gather_nd_plan, gather_plan
 
+pytestmark = pytest.mark.core  # the fast tier: pytest -m core
+
 DN = lax.GatherDimensionNumbers
 
 

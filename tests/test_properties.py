@@ -4,10 +4,11 @@ NumPy reference, each run jitted and not. A failure prints a snippet that reprod
 import chex
 import jax
 import numpy as np
+import pytest
 from hypothesis import given, note, strategies as st
 
 import jax_gather
-from tests import reference
+from tests import ops_table
 from tests.compat import enable_x64
 from tests.strategies import (
     DATA_DTYPES,
@@ -19,6 +20,8 @@ from tests.strategies import (
     make_indices,
     make_wild_indices,
 )
+
+pytestmark = pytest.mark.core  # the fast tier: pytest -m core
 
 
 def _snippet(op_name, data, indices, attr_name, attr):
@@ -37,11 +40,7 @@ def _assert_matches(out, expected):
     np.testing.assert_array_equal(np.asarray(out), expected.astype(out.dtype))
 
 
-OPS = {
-    "gather": (gather_cases, reference.gather, jax_gather.gather, "axis"),
-    "gather_elements": (gather_elements_cases, reference.gather_elements, jax_gather.gather_elements, "axis"),
-    "gather_nd": (gather_nd_cases, reference.gather_nd, jax_gather.gather_nd, "batch_dims"),
-}
+OPS = {name: (op.cases, op.reference, op.fn, op.attribute) for name, op in ops_table.OPS.items()}
 
 
 def _sizes(name, data_shape, indices_shape, attr):

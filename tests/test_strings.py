@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, note, strategies as st
 
 import jax_gather
-from tests import reference
+from tests import ops_table
 from tests.strategies import (
     gather_cases,
     gather_elements_cases,
@@ -23,15 +23,13 @@ from tests.strategies import (
     make_wild_indices,
 )
 
+pytestmark = pytest.mark.core  # the fast tier: pytest -m core
+
 # NumPy 2's variable-width StringDType too, where this NumPy has it.
 KINDS = ["str", "bytes", "object"] + (["stringdtype"] if hasattr(np.dtypes, "StringDType") else [])
 
 
-OPS = {
-    "gather": (gather_cases, reference.gather, jax_gather.gather),
-    "gather_elements": (gather_elements_cases, reference.gather_elements, jax_gather.gather_elements),
-    "gather_nd": (gather_nd_cases, reference.gather_nd, jax_gather.gather_nd),
-}
+OPS = {name: (op.cases, op.reference, op.fn) for name, op in ops_table.OPS.items()}
 
 
 def _sizes(name, data_shape, indices_shape, attr):

@@ -12,72 +12,37 @@ from jax.test_util import check_grads
 import jax_gather
 from jax_gather import ops
 from jax_gather._arguments import Mode
-from tests import reference
+from tests import ops_table
 from tests.compat import enable_x64
 from tests.programs import counting_compiles
 
 RNG = np.random.default_rng(0)
 
-# (op, reference, data shape, indices, attribute): one representative case per lowering.
+# (id, op, data shape, indices, attribute): one representative case per lowering.
 CASES = [
-    ("gather_axis0", jax_gather.gather, reference.gather, (5, 3), np.array([[0, -1], [4, 2]]), 0),
-    ("gather_axis1", jax_gather.gather, reference.gather, (4, 5, 2), np.array([1, -2, 1]), 1),
-    ("gather_scalar_index", jax_gather.gather, reference.gather, (4, 5), np.array(-3), -1),
+    ("gather_axis0", "gather", (5, 3), np.array([[0, -1], [4, 2]]), 0),
+    ("gather_axis1", "gather", (4, 5, 2), np.array([1, -2, 1]), 1),
+    ("gather_scalar_index", "gather", (4, 5), np.array(-3), -1),
     (
         "elements_axis0",
-        jax_gather.gather_elements,
-        reference.gather_elements,
+        "gather_elements",
         (3, 4),
         np.array([[2, -1, 0, 1], [0, 0, -3, 2], [1, 1, 1, 1], [2, 0, 1, -2]]),
         0,
     ),
-    (
-        "elements_smaller",
-        jax_gather.gather_elements,
-        reference.gather_elements,
-        (3, 4, 2),
-        np.array([[[3, 0], [-4, 1]], [[1, 1], [2, -1]]]),
-        1,
-    ),
-    (
-        "nd_scalars",
-        jax_gather.gather_nd,
-        reference.gather_nd,
-        (3, 4),
-        np.array([[0, 1], [2, -1], [-3, 3]]),
-        0,
-    ),
-    ("nd_rows", jax_gather.gather_nd, reference.gather_nd, (3, 4, 2), np.array([[2], [0], [-1]]), 0),
-    (
-        "nd_batch",
-        jax_gather.gather_nd,
-        reference.gather_nd,
-        (2, 3, 4),
-        np.array([[[1, 3], [0, 0]], [[-1, 2], [2, -4]]]),
-        1,
-    ),
+    ("elements_smaller", "gather_elements", (3, 4, 2), np.array([[[3, 0], [-4, 1]], [[1, 1], [2, -1]]]), 1),
+    ("nd_scalars", "gather_nd", (3, 4), np.array([[0, 1], [2, -1], [-3, 3]]), 0),
+    ("nd_rows", "gather_nd", (3, 4, 2), np.array([[2], [0], [-1]]), 0),
+    ("nd_batch", "gather_nd", (2, 3, 4), np.array([[[1, 3], [0, 0]], [[-1, 2], [2, -4]]]), 1),
     # Rows of 16-64 elements: gathered in narrower units on CPU (jax_gather/_cpu.py).
-    ("gather_rows_as_bytes", jax_gather.gather, reference.gather, (6, 16), np.array([[0, -1], [5, 2]]), 0),
-    ("gather_axis1_rows_as_bytes", jax_gather.gather, reference.gather, (3, 5, 32), np.array([1, -2, 4]), 1),
-    (
-        "nd_rows_as_bytes",
-        jax_gather.gather_nd,
-        reference.gather_nd,
-        (3, 4, 64),
-        np.array([[2, 1], [0, -1], [-1, 3]]),
-        0,
-    ),
-    (
-        "nd_batch_rows_as_bytes",
-        jax_gather.gather_nd,
-        reference.gather_nd,
-        (2, 3, 20),
-        np.array([[[1], [0]], [[-1], [2]]]),
-        1,
-    ),
+    ("gather_rows_as_bytes", "gather", (6, 16), np.array([[0, -1], [5, 2]]), 0),
+    ("gather_axis1_rows_as_bytes", "gather", (3, 5, 32), np.array([1, -2, 4]), 1),
+    ("nd_rows_as_bytes", "gather_nd", (3, 4, 64), np.array([[2, 1], [0, -1], [-1, 3]]), 0),
+    ("nd_batch_rows_as_bytes", "gather_nd", (2, 3, 20), np.array([[[1], [0]], [[-1], [2]]]), 1),
 ]
 IDS = [c[0] for c in CASES]
-CASES = [c[1:] for c in CASES]
+# (op, reference, data shape, indices, attribute)
+CASES = [(ops_table.OPS[c[1]].fn, ops_table.OPS[c[1]].reference, *c[2:]) for c in CASES]
 
 
 def _data(shape, dtype=np.float32):
@@ -92,6 +57,7 @@ VMAP_CASES = [
 ]
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("op, ref, shape, indices, attr, in_axes", VMAP_CASES)
 def test_vmap_matches_per_example(op, ref, shape, indices, attr, in_axes):
     n = 3
@@ -112,7 +78,16 @@ def test_vmap_matches_per_example(op, ref, shape, indices, attr, in_axes):
         np.testing.assert_array_equal(np.asarray(out[k]), ref(d, i, attr))
 
 
-@pytest.mark.parametrize("mode", ["checked", "fill", "clip", "promise_in_bounds"])
+# The fast tier takes "fill" and "clip", as test_second_order_gradients does (see there).
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "checked",
+        pytest.param("fill", marks=pytest.mark.core),
+        pytest.param("clip", marks=pytest.mark.core),
+        "promise_in_bounds",
+    ],
+)
 @pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
 def test_grad_is_scatter_add_of_cotangent(op, ref, shape, indices, attr, mode):
     data = _data(shape, np.float64)
@@ -140,6 +115,7 @@ def test_second_order_gradients(op, ref, shape, indices, attr, mode):
         check_grads(f, (_data(shape, np.float64),), order=2, modes=("fwd", "rev"))
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
 def test_jitted_program_is_one_gather_and_no_loop(op, ref, shape, indices, attr):
     fn = jax.jit(lambda d, i: op(d, i, attr))
@@ -152,6 +128,7 @@ def test_jitted_program_is_one_gather_and_no_loop(op, ref, shape, indices, attr)
     assert "stablehlo.while" not in text and "custom_call" not in text
 
 
+@pytest.mark.core
 def test_same_shapes_never_recompile():
     data, idx = _data((6, 5)), np.array([1, 2, -1])
     jax_gather.gather(data, idx, 1)  # warm
@@ -169,6 +146,7 @@ def test_same_shapes_never_recompile():
     assert user._cache_size() == 1
 
 
+@pytest.mark.core
 def test_attributes_must_be_static_under_jit():
     fn = jax.jit(lambda d, i, a: jax_gather.gather(d, i, a))
     with pytest.raises(TypeError, match=r"Gather: axis must be a static Python integer .* traced"):
@@ -180,6 +158,7 @@ def test_attributes_must_be_static_under_jit():
     assert out.shape == (3, 2)
 
 
+@pytest.mark.core
 def test_output_shape_is_asserted_with_chex():
     # The trace-time post-condition: an impossible plan is caught by chex, not silently shaped.
     plan = jax_gather.gather_plan((3, 4), (2,), 0)
@@ -188,6 +167,7 @@ def test_output_shape_is_asserted_with_chex():
         ops.op_program(jnp.zeros((3, 4)), jnp.zeros((2,), jnp.int32), None, plan=bad, mode=Mode.CLIP)
 
 
+@pytest.mark.core
 def test_inputs_are_never_mutated():
     data = _data((4, 3))
     idx = np.array([[-1, 2], [0, -3]], dtype=np.int64)
@@ -240,11 +220,7 @@ def test_export_for_every_platform(op, ref, shape, indices, attr, mode):
     np.testing.assert_array_equal(np.asarray(restored.call(data, indices)), ref(data, indices, attr))
 
 
-PLAN_FNS = {
-    jax_gather.gather: jax_gather.gather_plan,
-    jax_gather.gather_elements: jax_gather.gather_elements_plan,
-    jax_gather.gather_nd: jax_gather.gather_nd_plan,
-}
+PLAN_FNS = {op.fn: op.plan for op in ops_table.OPS.values()}
 
 
 @pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)

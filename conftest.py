@@ -1,0 +1,48 @@
+"""Collection of the library's own modules (``--doctest-modules``) where an extra is missing.
+
+``pip install -e ".[dev]"`` installs none of the extras; a module of jax_gather that imports one
+at its top (``jax_gather.backend`` imports onnx) cannot be imported there, so its doctests are
+not collected, rather than ending the run with a collection error. With every extra installed
+(``.[test]``) nothing is left out. The tests of tests/ skip themselves (``pytest.importorskip``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pathlib
+
+EXTRAS = ("onnx", "onnxruntime", "openvino", "jax2onnx", "onnx_ir", "matplotlib", "nbclient", "nbformat")
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _needs_a_missing_extra(module: str, missing: set[str]) -> bool:
+    """Whether importing ``module`` fails for want of one of the ``missing`` packages."""
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        cause: BaseException | None = error
+        while cause is not None:  # jax_gather.backend re-raises with the install hint
+            if isinstance(cause, ImportError) and (cause.name or "").split(".")[0] in missing:
+                return True
+            cause = cause.__cause__ or cause.__context__
+        raise
+    return False
+
+
+def _library_modules_to_skip() -> list[str]:
+    missing = {name for name in EXTRAS if importlib.util.find_spec(name) is None}
+    if not missing:
+        return []
+    skipped = []
+    for path in sorted((HERE / "jax_gather").rglob("*.py")):
+        if path.name in ("__main__.py", "conftest.py"):
+            continue
+        parts = path.relative_to(HERE).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if _needs_a_missing_extra(module, missing):
+            skipped.append(str(path.relative_to(HERE)))
+    return skipped
+
+
+collect_ignore = _library_modules_to_skip()
