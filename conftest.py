@@ -45,4 +45,6 @@ def _library_modules_to_skip() -> list[str]:
     return skipped
 
 
-collect_ignore = _library_modules_to_skip()
+# Its docstring's example tunes the allocator of the process that runs it: run in a child process
+# of its own (tests/test_allocator.py), never in the test run's.
+collect_ignore = ["jax_gather/allocator.py", *_library_modules_to_skip()]

@@ -68,6 +68,13 @@ def test_idempotent():
     assert stdout_with_cpu_devices(textwrap.dedent(code), devices=1).split() == ["checked"]
 
 
+def test_the_docstring_example_runs_in_a_process_of_its_own():
+    # Left out of the test run's doctests (conftest.py): it changes the allocator of its process.
+    code = "import doctest, jax_gather.allocator as a\nr = doctest.testmod(a)\nprint(r.attempted, r.failed)"
+    attempted, failed = stdout_with_cpu_devices(code, devices=1).split()
+    assert int(attempted) >= 3 and failed == "0"
+
+
 def test_no_op_with_a_warning_where_it_cannot_act(monkeypatch):
     monkeypatch.setattr(allocator, "_state", None)
     monkeypatch.setattr(allocator, "_glibc", lambda: None)

@@ -31,8 +31,9 @@ def _imports(name: str, path: pathlib.Path) -> list[tuple[str, str | None, bool]
             found += [(a.name, None, id(node) in top) for a in node.names if a.name in MODULES]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
+            if node.level:  # relative: from the package, up level - 1
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], base]).strip(".")
             if base not in MODULES:
                 continue
             for alias in node.names:
