@@ -12,6 +12,7 @@ NumPy references instead.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
 
 import numpy as np
@@ -29,8 +30,11 @@ from tests.strategies import (
     make_indices,
 )
 
-pytest.importorskip("openvino")
-ov = import_openvino()  # (its telemetry declined: no fork in this JAX process)
+if importlib.util.find_spec("openvino") is None:  # the [openvino] extra
+    pytest.skip("needs the openvino package: pip install 'jax_gather[openvino]'", allow_module_level=True)
+# Imported only this way, its telemetry declined: importing it plainly (importorskip) forks a
+# process from this multithreaded JAX one.
+ov = import_openvino()
 opset1, opset5, opset6, opset7, opset8 = ov.opset1, ov.opset5, ov.opset6, ov.opset7, ov.opset8
 DATA_DTYPES = [np.float32, np.float16, np.int32, np.int64, np.int8, np.uint8, np.bool_]
 INDEX_DTYPES = (np.int32, np.int64)
