@@ -96,6 +96,9 @@ class Site:
 
 
 class Row(NamedTuple):
+    """One CPU lowering: its name (in ``LOWERINGS``, and for ``without``), the part of the
+    generic lowering it replaces, when it applies, and what it puts there."""
+
     name: str
     part: str  # the field of Lowering it gives: "forward", "derivative" or "fill"
     applies: Callable[[Site], bool]
