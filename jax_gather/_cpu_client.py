@@ -8,13 +8,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from jax_gather._host_bounds import INT32_MAX
 from jax_gather.plans import GatherPlan
 
 # Fact: JAX's CPU client runs a program on the calling thread when XLA's cost analysis counts
 # fewer than this many flops in it, and hands any other to a worker thread and waits (10-100 us
 # here; tests/test_cpu_facts.py checks it).
 INLINE_FLOPS = 1000
-INT32_MAX = int(np.iinfo(np.int32).max)
 
 # Fact: JAX's CPU client aliases a C-contiguous NumPy array whose data is aligned to this many
 # bytes (NumPy aligns to 16) and copies any other: under CPU_COPIED_INLINE bytes on the calling
