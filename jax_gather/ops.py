@@ -266,7 +266,7 @@ def _eager_call(op: _Validated, key: tuple | None) -> jax.Array:
     """An eager call: its call made (``_eager.make_call``), remembered under ``key``, and run."""
     # The checked mode's programs never fill: concrete indices are proven in bounds first.
     programs = _programs(op.plan, op.fill_bytes if op.mode is Mode.FILL else None)
-    call = _eager.make_call(op.plan, op.mode, programs, op.indices)
+    call = _eager.make_call(op.plan, op.mode, programs, op.data, op.indices)
     if key is not None:
         _eager.remember(key, call)
     return call(op.data, op.indices)
@@ -393,7 +393,7 @@ def gather(
              [2.3],
              [5.7]], dtype=float32)
     """
-    b = static_int("Gather", "batch_dims", batch_dims)
+    b = batch_dims if type(batch_dims) is int else static_int("Gather", "batch_dims", batch_dims)
     plan_fn = gather_plan if b == 0 else _batched_gather_plan(b)
     return _run(plan_fn, "Gather", data, indices, axis, mode, fill_value)
 

@@ -167,8 +167,8 @@ def test_negative_numpy_indices_either_side_of_the_host_normalisation(size):
 def test_the_first_call_with_jax_arrays_is_remembered(monkeypatch):
     # JAX's array type becomes a type a signature may hold at the first call that sees it: that
     # call is remembered, so the second is served from its program without validating again.
-    monkeypatch.setattr(_eager, "ARRAY_TYPES", {np.ndarray})
-    monkeypatch.setattr(_eager, "_calls", {})
+    monkeypatch.setattr(_eager, "JAX_ARRAY_TYPES", set())
+    _eager.clear()
     validated = []
     real = ops._validated
     monkeypatch.setattr(ops, "_validated", lambda *args: validated.append(1) or real(*args))
@@ -220,6 +220,29 @@ def test_a_second_call_compiles_nothing():
         with counting_compiles() as count:
             jax_gather.gather(data, ids, mode=mode)
         assert count[0] == 0, mode
+
+
+@pytest.mark.parametrize("count", [_host_bounds.ARGMAX_UP_TO, _host_bounds.ARGMAX_UP_TO + 1])
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint64])
+def test_the_in_range_test_either_side_of_its_switch_to_a_reduction(count, dtype):
+    # Up to ARGMAX_UP_TO indices the test finds the largest by argmax, past it by a reduction:
+    # both must see a negative index, and one equal to the axis' size, wherever it lies.
+    size = 100
+    plan = plans.gather_plan((size,), (count,), 0)
+    test = _host_bounds.in_range_test(plan, np.dtype(dtype), count)
+    good = (np.arange(count) % size).astype(dtype)
+    assert test(good) and test(good[::-1].copy())
+    for bad in [-1, -size, size, 127] if dtype != np.uint64 else [size, 2**64 - 1]:
+        for where in (0, count // 2, count - 1):
+            ids = good.copy()
+            ids[where] = bad
+            assert not test(ids), (bad, where)
+
+
+def test_the_in_range_test_of_a_scalar_index():
+    plan = plans.gather_plan((5,), (), 0)
+    test = _host_bounds.in_range_test(plan, np.dtype(np.int64), 1)
+    assert test(np.array(4)) and not test(np.array(5)) and not test(np.array(-1))
 
 
 @given(
