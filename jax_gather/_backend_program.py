@@ -19,7 +19,7 @@ from onnx import TensorProto
 
 from jax_gather import _strings, ops
 from jax_gather._arguments import Mode
-from jax_gather._cpu_client import CPU_COPIED_INLINE, aligned_for_cpu, narrowed_for_cpu
+from jax_gather._cpu_client import CPU_COPIED_INLINE, aligned_for_cpu, narrowed_for_cpu, tested_and_narrowed
 from jax_gather._host_bounds import Verdict, in_range_test, judged
 from jax_gather._onnx_graph import Graph, origins
 from jax_gather._traced_bounds import in_bounds
@@ -146,27 +146,37 @@ class Program:
         program = self._program(tuple(modes), tuple(taken), len(self._sources))
         constants = tuple(self._constants[name] for name in self._sources[len(names) :])
         aligned = tuple(i for i in range(len(names)) if on_cpu and client_copies(i))
+        replaced_inputs = {position for position, _, _, replaced in checks if replaced}
+        # Inputs that the client copies on a worker thread and no tested copy replaces: sent
+        # before the tests, so that their copy overlaps them, as it does JAX's own conversion
+        # of int64 inputs in a jitted call (4096x256 model: 1.86 against 2.01 ms a run).
+        sent_first = tuple(i for i in aligned if i not in replaced_inputs) if checks else ()
         device = self._device
 
         def run(values: tuple) -> Any:
-            extra = []
-            arguments = list(values)
-            for i in aligned:
-                arguments[i] = aligned_for_cpu(values[i], True)
-            for position, test, plan, replaced in checks:
-                indices = values[position]
-                if not test(indices):
-                    return None
-                if plan is not None:
-                    narrow = narrowed_for_cpu(indices, plan)
+            with x64_enabled(), jax.default_device(device):
+                extra = []
+                arguments = list(values)
+                for i in aligned:
+                    arguments[i] = aligned_for_cpu(values[i], True)
+                for i in sent_first:
+                    arguments[i] = jax.device_put(arguments[i], device)
+                for position, test, plan, replaced in checks:
+                    indices = values[position]
+                    if plan is None:
+                        if not test(indices):
+                            return None
+                        if not replaced:
+                            extra.append(indices)
+                        continue
+                    in_range, narrow = tested_and_narrowed(indices, plan, test)
+                    if not in_range:
+                        return None
                     given = aligned_for_cpu(indices if narrow is None else narrow, True)
                     if replaced:
                         arguments[position] = given
                     else:
                         extra.append(given)
-                elif not replaced:
-                    extra.append(indices)
-            with x64_enabled(), jax.default_device(device):
                 outputs, ok = program(*arguments, *constants, *extra)
                 if ok is not None and not bool(ok):
                     return None

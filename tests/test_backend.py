@@ -873,8 +873,9 @@ def test_run_gives_read_only_views_of_what_it_computes_and_copies_of_what_it_pas
 def test_large_int64_index_inputs_are_judged_and_gathered_exactly_in_either_alignment(offset):
     rng = np.random.default_rng(offset)
     b = GraphBuilder()
-    table = b.tensor(rng.standard_normal((40, 512)).astype(np.float32), "input")
-    cols = b.tensor(_misaligned(rng.integers(0, 512, (40, 512)), offset), "input")  # 160 KiB
+    # 640 KiB of indices: tested and narrowed in three chunks (_cpu_client.NARROWED_CHUNK).
+    table = b.tensor(rng.standard_normal((160, 512)).astype(np.float32), "input")
+    cols = b.tensor(_misaligned(rng.integers(0, 512, (160, 512)), offset), "input")
     out = b.node("GatherElements", [table, cols], axis=1)
     rep = backend.prepare(b.model([out], 13))
     data, columns = b.feeds[table], b.feeds[cols]
@@ -882,10 +883,12 @@ def test_large_int64_index_inputs_are_judged_and_gathered_exactly_in_either_alig
         _assert_outputs(rep.run(b.feeds), [np.take_along_axis(data, columns, axis=1)])
     negative = _misaligned(columns - 512, offset)
     _assert_outputs(rep.run([data, negative]), [np.take_along_axis(data, columns, axis=1)])
-    bad = columns.copy()
-    bad[7, 300] = 512
-    with pytest.raises(
-        IndexError, match=re.escape(f"GatherElements node 'n_{out}': indices[7, 300] = 512 is out of bounds")
-    ):
-        rep.run([data, _misaligned(bad, offset)])
+    for row in (7, 150):  # in the first chunk and in the last
+        bad = columns.copy()
+        bad[row, 300] = 512
+        with pytest.raises(
+            IndexError,
+            match=re.escape(f"GatherElements node 'n_{out}': indices[{row}, 300] = 512 is out of bounds"),
+        ):
+            rep.run([data, _misaligned(bad, offset)])
     _assert_outputs(rep.run(b.feeds), [np.take_along_axis(data, columns, axis=1)])

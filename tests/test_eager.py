@@ -239,6 +239,42 @@ def test_the_in_range_test_either_side_of_its_switch_to_a_reduction(count, dtype
             assert not test(ids), (bad, where)
 
 
+@pytest.mark.parametrize("tuples", [False, True])
+@pytest.mark.parametrize("where", ["none", "first", "last", "negative"])
+def test_indices_tested_and_narrowed_in_chunks(tuples, where):
+    # Unaligned int64 indices over several chunks: the verdict is the whole array's, and the
+    # int32 copy, made chunk by chunk, is exact and aligned for the CPU client.
+    count = 3 * _cpu_client.NARROWED_CHUNK + 5
+    rng = np.random.default_rng(1)
+    if tuples:
+        plan = plans.gather_nd_plan((300, 7), (count // 2, 2), 0)
+        values = np.stack([rng.integers(0, 300, count // 2), rng.integers(0, 7, count // 2)], axis=-1)
+    else:
+        plan = plans.gather_plan((300,), (count,), 0)
+        values = rng.integers(0, 300, count)
+    raw = np.empty(values.nbytes + 2 * _cpu_client.CPU_ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % _cpu_client.CPU_ALIGNMENT
+    at = lambda offset: (
+        raw[start + offset : start + offset + values.nbytes].view(np.int64).reshape(values.shape)
+    )
+    ids = at(8)  # 8 bytes past the client's alignment: narrowed
+    ids[...] = values
+    flat = ids.reshape(-1)
+    if where != "none":
+        flat[{"first": 3, "last": flat.size - 1, "negative": flat.size // 2}[where]] = (
+            -1 if where == "negative" else 300
+        )
+    test = _host_bounds.in_range_test(plan, ids.dtype, ids.size)
+    in_range, narrow = _cpu_client.tested_and_narrowed(ids, plan, test)
+    assert in_range is (where == "none") and in_range is test(ids)
+    if in_range:
+        assert narrow.dtype == np.int32 and narrow.ctypes.data % _cpu_client.CPU_ALIGNMENT == 0
+        np.testing.assert_array_equal(narrow, values)
+    aligned = at(0)  # read in place by the client: tested whole, not narrowed
+    aligned[...] = ids.copy()
+    assert _cpu_client.tested_and_narrowed(aligned, plan, test) == (in_range, None)
+
+
 def test_the_in_range_test_of_a_scalar_index():
     plan = plans.gather_plan((5,), (), 0)
     test = _host_bounds.in_range_test(plan, np.dtype(np.int64), 1)
