@@ -19,8 +19,8 @@ from onnx import TensorProto
 
 from jax_gather import _strings, ops
 from jax_gather._arguments import Mode
-from jax_gather._cpu_client import CPU_COPIED_INLINE, aligned_for_cpu, narrowed_for_cpu, tested_and_narrowed
-from jax_gather._host_bounds import Verdict, in_range_test, judged
+from jax_gather._cpu_client import CPU_COPIED_INLINE, aligned_for_cpu, tested_and_narrowed
+from jax_gather._host_bounds import Verdict, in_range_test, judged_outside_range
 from jax_gather._onnx_graph import Graph, origins
 from jax_gather._traced_bounds import in_bounds
 from jax_gather._x64 import x64_enabled
@@ -220,9 +220,10 @@ class Program:
         else the model's constant), or None where an index is out of bounds.
 
         Each gather node whose indices are a source has them judged here, as eager calls
-        judge theirs (jax_gather._host_bounds.judged): in one pass where every index is in
-        [0, s-1], then gathered as they are; small ones with negatives normalised here, larger
-        ones after a minimum and a maximum judge them, in the program. A fed input read only as indices
+        judge theirs (jax_gather._host_bounds): in one pass where every index is in [0, s-1]
+        (fed ones narrowed in the same pass where that pays), then gathered as they are; small
+        ones with negatives normalised here, larger ones after a minimum and a maximum judge
+        them, in the program. A fed input read only as indices
         is replaced by its tested copy (normalised, narrowed, or itself), any other's copy is
         an argument of its own, so that a run with negatives and one without share a program;
         indices the graph computes are tested in the program (one flag comes back).
@@ -242,15 +243,19 @@ class Program:
             position = self._sources.index(source)
             indices = host[position]
             is_fed = fed[position]
-            verdict, moved = judged(plan, indices, in_range, normalise=True)
+            if on_cpu and is_fed:  # tested, and narrowed where that pays, in one pass
+                tested, narrow = tested_and_narrowed(indices, plan, in_range)
+            else:
+                tested, narrow = in_range(indices), None
+            if tested:
+                verdict, moved = Verdict.IN_RANGE, indices if narrow is None else narrow
+            else:
+                verdict, moved = judged_outside_range(plan, indices, normalise=True)
             if verdict is Verdict.OUT_OF_BOUNDS:
                 return None
             mode, given = Mode.PROMISE_IN_BOUNDS, indices  # normalised in the program
-            if moved is not None:  # in [0, s-1]: as given, or normalised on the host
+            if moved is not None:  # in [0, s-1]: as given, narrowed, or normalised on the host
                 mode, given = Mode.IN_RANGE, moved
-                if moved is indices and on_cpu and is_fed:
-                    narrow = narrowed_for_cpu(indices, plan)
-                    given = indices if narrow is None else narrow
             modes.append(mode)
             if given is indices and not is_fed:
                 taken.append(position)  # a constant in [0, s-1]: on the device already
