@@ -23,7 +23,7 @@ from jax_gather._cpu_client import CPU_COPIED_INLINE, aligned_for_cpu, tested_an
 from jax_gather._host_bounds import Verdict, in_range_test, judged_outside_range
 from jax_gather._onnx_graph import Graph, origins
 from jax_gather._traced_bounds import in_bounds
-from jax_gather._x64 import x64_enabled
+from jax_gather._x64 import call_with_x64_on, x64_enabled
 from jax_gather.plans import gather_elements_plan, gather_nd_plan, gather_plan
 
 _PLANS = {"Gather": gather_plan, "GatherElements": gather_elements_plan, "GatherND": gather_nd_plan}
@@ -153,36 +153,35 @@ class Program:
         sent_first = tuple(i for i in aligned if i not in replaced_inputs) if checks else ()
         device = self._device
 
-        def run(values: tuple) -> Any:
-            with x64_enabled(), jax.default_device(device):
-                extra = []
-                arguments = list(values)
-                for i in aligned:
-                    arguments[i] = aligned_for_cpu(values[i], True)
-                for i in sent_first:
-                    arguments[i] = jax.device_put(arguments[i], device)
-                for position, test, plan, replaced in checks:
-                    indices = values[position]
-                    if plan is None:
-                        if not test(indices):
-                            return None
-                        if not replaced:
-                            extra.append(indices)
-                        continue
-                    in_range, narrow = tested_and_narrowed(indices, plan, test)
-                    if not in_range:
+        def tested_run(values: tuple) -> Any:
+            extra = []
+            arguments = list(values)
+            for i in aligned:
+                arguments[i] = aligned_for_cpu(values[i], True)
+            for i in sent_first:
+                arguments[i] = jax.device_put(arguments[i], device)
+            for position, test, plan, replaced in checks:
+                indices = values[position]
+                if plan is None:
+                    if not test(indices):
                         return None
-                    given = aligned_for_cpu(indices if narrow is None else narrow, True)
-                    if replaced:
-                        arguments[position] = given
-                    else:
-                        extra.append(given)
-                outputs, ok = program(*arguments, *constants, *extra)
-                if ok is not None and not bool(ok):
+                    if not replaced:
+                        extra.append(indices)
+                    continue
+                in_range, narrow = tested_and_narrowed(indices, plan, test)
+                if not in_range:
                     return None
+                given = aligned_for_cpu(indices if narrow is None else narrow, True)
+                if replaced:
+                    arguments[position] = given
+                else:
+                    extra.append(given)
+            outputs, ok = program(*arguments, *constants, *extra)
+            if ok is not None and not bool(ok):
+                return None
             return outputs
 
-        return run
+        return lambda values: call_with_x64_on(device, tested_run, values)
 
     def run(self, feeds: Mapping[str, np.ndarray], inputs: Any = None) -> tuple[jax.Array, ...] | None:
         """The outputs, or None where the graph must run node by node; ``inputs``, as the

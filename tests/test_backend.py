@@ -20,7 +20,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import jax_gather
-from jax_gather import _onnx_graph, backend
+from jax_gather import _onnx_graph, _x64, backend
 from tests import reference
 from tests.compat import enable_x64
 from tests.onnx_models import GraphBuilder, onnx_node_cases, onnxruntime_session
@@ -576,6 +576,39 @@ def test_exact_dtypes_in_a_scoped_x64(x64):
         assert out.dtype == dtype
         scale = 2**40 if dtype != np.complex128 else 1
         np.testing.assert_array_equal(out, (np.array([[4, 5], [0, 1]]) * scale).astype(dtype))
+
+
+@pytest.mark.parametrize("swap", [True, False])
+@pytest.mark.parametrize("x64", [False, True])
+def test_a_run_turns_x64_on_and_sets_its_device_for_itself_alone(monkeypatch, x64, swap):
+    # The remembered run sets both by their thread-local values (call_with_x64_on); where JAX's
+    # states cannot be swapped so, by their context managers. Either way, for the call alone.
+    if not swap:
+        monkeypatch.setattr(_x64, "_SWAP", False)
+    device = jax.devices("cpu")[0]
+    seen = []
+
+    def look(fail):
+        seen.append((jax.config.jax_enable_x64, jax.config.jax_default_device))
+        if fail:
+            raise IndexError("out")
+        return jnp.asarray(np.int64(2**40)).dtype
+
+    with enable_x64(x64):
+        before = jax.config.jax_default_device
+        assert _x64.call_with_x64_on(device, look, False) == np.int64
+        with pytest.raises(IndexError, match="out"):
+            _x64.call_with_x64_on(device, look, True)
+        assert (jax.config.jax_enable_x64, jax.config.jax_default_device) == (x64, before)
+        rep = backend.prepare(_gather_model())
+        feeds = [np.arange(6, dtype=np.float32).reshape(3, 2), np.array([2, 0], np.int64)]
+        rep.run(feeds)  # the first run of a signature: under the context managers
+        with counting_compiles() as count:  # remembered runs: the same program, from JAX's cache
+            for _ in range(2):
+                np.testing.assert_array_equal(rep.run(feeds)[0], [[4, 5], [0, 1]])
+                assert (jax.config.jax_enable_x64, jax.config.jax_default_device) == (x64, before)
+        assert count[0] == 0
+    assert seen == [(True, device)] * 2
 
 
 def test_importing_jax_gather_does_not_import_onnx():
