@@ -40,7 +40,9 @@ from jax_gather._x64 import x64_enabled
 Fn = Callable[[jax.Array, jax.Array], jax.Array]
 # The benchmark's cases, and one short lookup (64 ids: the overhead section's kind of call).
 SHORT_LOOKUP = bench.Case("gather axis 0, 64 ids", "gather", 0, (50000, 512), (64,))
-CASES = {case.name: case for case in (*bench.CASES, SHORT_LOOKUP)}
+# And GatherND after batch dims below BATCHED_ND_LINEAR_TUPLES (1024 tuples, 256 at --scale 4).
+BATCHED_PAIRS = bench.Case("gather_nd batch_dims=1, 1024 pairs", "gather_nd", 1, (64, 256, 256), (64, 16, 2))
+CASES = {case.name: case for case in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,9 +183,18 @@ def choices() -> list[Choice]:
             for dt in (" bfloat16", " int8")  # 1- and 2-byte data only
         ),
         Choice("column_fill_from_pad", "gather axis 1 int8", "default mode", ("column_fill_from_pad",)),
+        *(
+            Choice(
+                "batched_nd_by_linear_index",
+                "gather_nd batch_dims=1 scalars",
+                what,
+                ("batched_nd_by_linear_index",),
+            )
+            for what in ("default mode", "promise_in_bounds")
+        ),
         Choice(
             "batched_nd_fill_from_pad",
-            "gather_nd batch_dims=1 scalars",
+            "gather_nd batch_dims=1, 1024 pairs",
             "default mode",
             ("batched_nd_fill_from_pad",),
         ),

@@ -65,6 +65,11 @@ SHORT_ROWS_MIN_BYTES = 256 << 10
 # lookup of this many components stays under INLINE_FLOPS once it has no select of the fill.
 _INDEX_FLOPS = 7
 SHORT_LOOKUP_INDICES = 128
+# Measured: GatherND elements after batch dims, read by one linear index into the whole of data
+# (a one-dim gather, which XLA:CPU compiles to a vector loop), took 0.72-0.88 of the time of the
+# gather with batching dims from 65536 index tuples, and 0.92-1.01 from 2048 to 32768; below,
+# the linear index's flops could take a small lookup to a worker thread (docs/design.md).
+BATCHED_ND_LINEAR_TUPLES = 2048
 # A Gather along data's last axis reads each index once per row; from this many rows, writing
 # the indices out first pays (measured: 1.1x at 8 rows, 1.2-1.6x from 64, for 1- and 2-byte data).
 COLUMN_ROWS = 8
@@ -149,9 +154,20 @@ def _pads(site: Site) -> bool:
 
 
 def _batched_nd_elements(site: Site) -> bool:
-    """GatherND elements after batch dims."""
+    """GatherND elements after batch dims, fewer than the linear index takes (with it, the select
+    after its one-dim gather is the faster fill)."""
     dn = site.plan.dimension_numbers
-    return _pads(site) and site.elements and site.plan.tuple_indices and bool(dn.operand_batching_dims)
+    batched = site.elements and site.plan.tuple_indices and bool(dn.operand_batching_dims)
+    return _pads(site) and batched and not _batched_nd_linear(site)
+
+
+def _batched_nd_linear(site: Site) -> bool:
+    """GatherND elements after batch dims, of BATCHED_ND_LINEAR_TUPLES index tuples or more, into
+    data of whole bytes, where one linear index addresses it."""
+    many = math.prod(site.plan.output_shape) >= BATCHED_ND_LINEAR_TUPLES
+    dn = site.plan.dimension_numbers
+    batched = site.elements and site.plan.tuple_indices and bool(dn.operand_batching_dims)
+    return batched and many and not _sub_byte_integer(site.dtype) and _linear(site) is not None
 
 
 def _short_lookup(site: Site) -> bool:
@@ -170,6 +186,12 @@ def _unit(site: Site) -> Any:
 
 ROWS = (
     Row("columns_by_written_indices", "forward", _columns, lambda s: _columns_by_written_indices),
+    Row(
+        "batched_nd_by_linear_index",
+        "forward",
+        _batched_nd_linear,
+        lambda s: functools.partial(_by_linear_index, dtype=_linear(s)),
+    ),
     Row(
         "short_rows_in_bytes",
         "forward",

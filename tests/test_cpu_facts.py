@@ -233,6 +233,14 @@ def test_xla_vectorises_the_select_after_a_gather_nd_only_without_batch_dims(bat
     assert bool(_vector_types(ir)) == vectorised
 
 
+def test_xla_vectorises_a_batched_gather_nd_by_one_linear_index():
+    # What batched_nd_by_linear_index rests on: the one-dim gather of one linear index per tuple
+    # compiles to a vector loop (its gain over the gather with batching dims: docs/design.md).
+    promise = lambda d, i: jax_gather.gather_nd(d, i, 1, mode="promise_in_bounds")
+    args = np.zeros((4, 256, 256), np.float32), np.zeros((4, _cpu.BATCHED_ND_LINEAR_TUPLES // 4, 2), np.int32)
+    assert _vector_types(_optimized_ir(promise, *args))
+
+
 def test_xla_gathers_bfloat16_through_float32():
     # Why bfloat16 keeps the select: in a padded loop each element would be widened and rounded
     # back on its own, measured slower than the select.

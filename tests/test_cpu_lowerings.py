@@ -27,6 +27,9 @@ needs_cpu_lowerings = pytest.mark.skipif(not ON, reason="the CPU lowerings need 
 ROWS, LINEAR, MOVED = "short_rows_in_bytes", "linear_derivative", "moved_axis_derivative"
 ND_PAD, LOOKUP_PAD = "batched_nd_fill_from_pad", "short_lookup_fill_from_pad"
 COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
+ND_LINEAR = "batched_nd_by_linear_index"
+# Index tuples enough for a GatherND after batch dims to read by one linear index (2048).
+T = _cpu.BATCHED_ND_LINEAR_TUPLES
 # 2**31 + 65536 elements: one past what an int32 offset addresses, without allocating them.
 HUGE = (32769, 65536)
 S = _cpu.SHORT_LOOKUP_INDICES
@@ -87,6 +90,14 @@ SELECTIONS = [
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, 9, 2), 2), {LINEAR, ND_PAD}),
     ((4, 5), np.float32, plans.gather_nd_plan((4, 5), (4, 9, 1), 1), {LINEAR, ND_PAD}),
     ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), {LINEAR}),  # bf16 selects
+    # From T index tuples, GatherND after batch dims reads by one linear index, and selects the fill.
+    ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, ND_LINEAR}),
+    ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4 - 1, 2), 1), {LINEAR, ND_PAD}),
+    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, ND_LINEAR}),
+    ((4, 5, 6), jnp.int4, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR}),  # XLA widens all
+    ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, T // 20 + 1, 2), 2),
+     {LINEAR, ND_LINEAR}),
+    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (T, 3), 0), {LINEAR}),  # no batch dims
     ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), {LINEAR}),
     ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (5, 40), 1), {LINEAR}),
     ((40,), np.float32, plans.gather_plan((40,), (9,), 0), set()),  # one dim already
@@ -166,6 +177,10 @@ PROGRAMS = [
     ("columns by written indices", lambda d, i: jax_gather.gather(d, i, 1, mode="promise_in_bounds"),
      np.zeros((50, 32), np.int8), np.zeros(200, np.int32), _gathers,
      ("50x32xi8", "200x1xui64") if WIDENS else ("50x32xi8", "200x1xi32"), ("50x32xi8", "200x1xi32")),
+    ("batched GatherND by linear index",
+     lambda d, i: jax_gather.gather_nd(d, i, 1, mode="promise_in_bounds"), np.zeros((4, 5, 6), np.float32),
+     np.zeros((4, T // 4, 2), np.int32), _gathers, ("120xf32", f"4x{T // 4}x1xi32"),
+     ("4x5x6xf32", f"4x{T // 4}x2xi32")),
     ("moved axis derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
      np.zeros((6, 300), np.float32), np.zeros((200,), np.int32),
      _scatters, ("300x6xf32", "200x1xi32"), ("6x300xf32", "200x1xi32")),
@@ -218,6 +233,8 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
                 _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip"))),
         ND_PAD: ((3, 6, 7), make_wild_indices((3, 30, 2), (6, 7), np.int32, 4),
                  lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")),
+        ND_LINEAR: ((4, 6, 7), make_wild_indices((4, T // 4, 2), (6, 7), np.int32, 8),
+                    lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")),
         LOOKUP_PAD: ((600, 300), make_wild_indices((20,), 600, np.int32, 5),
                      lambda d, i: jax_gather.gather(d, i, mode="fill")),
         COLUMNS: ((20, 300), make_wild_indices((200,), 300, np.int32, 6),
@@ -275,6 +292,28 @@ def test_every_mode_through_short_rows():
         jax_gather.checked(jax.jit(lambda d, i: jax_gather.gather(d, i)))(data, bad)
 
 
+def test_every_mode_through_the_batched_linear_index():
+    data = np.arange(4 * 6 * 7, dtype=np.float32).reshape(4, 6, 7)
+    indices = make_wild_indices((4, T // 4, 2), (6, 7), np.int32, seed=4)
+    assert (
+        ND_LINEAR
+        in _cpu.lowering(plans.gather_nd_plan(data.shape, indices.shape, 1), data.shape, data.dtype).names
+    )
+    for mode in ("clip", "fill"):
+        out = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, 1, mode=mode, fill_value=-7.0))(data, indices)
+        np.testing.assert_array_equal(
+            np.asarray(out), reference.gather_nd(data, indices, 1, mode=mode, fill=-7.0)
+        )
+    inside = np.clip(indices, [-6, -7], [5, 6]).astype(np.int32)  # negatives stay
+    for mode in ("promise_in_bounds", "checked"):
+        out = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, 1, mode=mode))(data, inside)
+        np.testing.assert_array_equal(np.asarray(out), reference.gather_nd(data, inside, 1))
+    with pytest.raises(IndexError, match=r"indices\[0, 3, 1\] = 7 is out of bounds for axis 2 of size 7"):
+        bad = inside.copy()
+        bad[0, 3, 1] = 7
+        jax_gather.checked(jax.jit(lambda d, i: jax_gather.gather_nd(d, i, 1)))(data, bad)
+
+
 # (dtype, fill_value, the fill expected): the defaults are jnp.take's.
 # fmt: off
 FILL_CASES = [
@@ -301,6 +340,11 @@ def test_fill_matches_the_reference_in_every_direction(dtype, fill, expected_fil
         calls = [
             ("gather_nd", 0, make_wild_indices((40, 3), (6, 7, 5), i_dtype, 1)),
             ("gather_nd", 1, make_wild_indices((6, 30, 2), (7, 5), i_dtype, 2)),
+            (
+                "gather_nd",
+                1,
+                make_wild_indices((6, T // 6 + 1, 2), (7, 5), i_dtype, 8),
+            ),  # by one linear index
             ("gather_nd", 0, make_wild_indices((12, 2), (6, 7), i_dtype, 3)),
             ("gather", 0, make_wild_indices((3, 5), 6, i_dtype, 4)),
             ("gather", 1, make_wild_indices((11,), 7, i_dtype, 5)),
@@ -433,6 +477,7 @@ def _reference_grad(positions, data_shape, cotangent):
 # fmt: off
 GRAD_CASES = [
     ("gather_nd", (3, 5, 6), make_wild_indices((3, 40, 2), (5, 6), np.int32, 1), 1),
+    ("gather_nd", (3, 5, 6), make_wild_indices((3, T // 3 + 1, 2), (5, 6), np.int32, 9), 1),  # linear index
     ("gather_nd", (5, 6, 4), make_wild_indices((30, 3), (5, 6, 4), np.int32, 2), 0),
     ("gather_elements", (4, 5, 6), make_wild_indices((3, 7, 5), 5, np.int32, 3), 1),  # a block of data
     ("gather_elements", (4, 5, 6), make_wild_indices((4, 5, 8), 6, np.int32, 4), -1),
