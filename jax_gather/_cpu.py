@@ -153,21 +153,24 @@ def _pads(site: Site) -> bool:
     return site.one_device and not _narrow_float(site.dtype) and not _sub_byte_integer(site.dtype)
 
 
-def _batched_nd_elements(site: Site) -> bool:
-    """GatherND elements after batch dims, fewer than the linear index takes (with it, the select
-    after its one-dim gather is the faster fill)."""
+def _batched_nd(site: Site) -> bool:
+    """GatherND elements (full index tuples) after batch dims."""
     dn = site.plan.dimension_numbers
-    batched = site.elements and site.plan.tuple_indices and bool(dn.operand_batching_dims)
-    return _pads(site) and batched and not _batched_nd_linear(site)
+    return site.elements and site.plan.tuple_indices and bool(dn.operand_batching_dims)
+
+
+def _batched_nd_elements(site: Site) -> bool:
+    """_batched_nd, fewer tuples than the linear index takes (with it, the select after its
+    one-dim gather is the faster fill)."""
+    return _pads(site) and _batched_nd(site) and not _batched_nd_linear(site)
 
 
 def _batched_nd_linear(site: Site) -> bool:
-    """GatherND elements after batch dims, of BATCHED_ND_LINEAR_TUPLES index tuples or more, into
-    data of whole bytes, where one linear index addresses it."""
+    """_batched_nd of BATCHED_ND_LINEAR_TUPLES index tuples or more, into data of whole bytes,
+    where one linear index addresses it."""
     many = math.prod(site.plan.output_shape) >= BATCHED_ND_LINEAR_TUPLES
-    dn = site.plan.dimension_numbers
-    batched = site.elements and site.plan.tuple_indices and bool(dn.operand_batching_dims)
-    return batched and many and not _sub_byte_integer(site.dtype) and _linear(site) is not None
+    whole_bytes = not _sub_byte_integer(site.dtype)
+    return _batched_nd(site) and many and whole_bytes and _linear(site) is not None
 
 
 def _short_lookup(site: Site) -> bool:

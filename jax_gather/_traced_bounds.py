@@ -67,9 +67,13 @@ def _unsigned_parts(plan: GatherPlan, indices: jax.Array) -> tuple[jax.Array, An
     in [-s, -1].
     """
     target = _index_dtype(plan)
-    unsigned = jnp.dtype(f"uint{8 * jnp.dtype(target).itemsize}")
-    as_unsigned = lambda x: lax.bitcast_convert_type(x, unsigned)
-    return as_unsigned(_saturate(indices, target)), axis_sizes(plan, target).astype(unsigned)
+    return _as_unsigned(_saturate(indices, target), axis_sizes(plan, target))
+
+
+def _as_unsigned(indices: jax.Array, sizes: Any) -> tuple[jax.Array, Any]:
+    """Signed ``indices`` reinterpreted as the unsigned type of their width, and ``sizes`` in it."""
+    unsigned = jnp.dtype(f"uint{8 * indices.dtype.itemsize}")
+    return lax.bitcast_convert_type(indices, unsigned), jnp.asarray(sizes).astype(unsigned)
 
 
 def in_bounds_mask(plan: GatherPlan, indices: jax.Array) -> jax.Array:
@@ -201,8 +205,7 @@ def _working(indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamp
         return _normalised_unclamped(indices, sizes)
     if clip:
         indices = jnp.maximum(indices, -sizes)
-    unsigned = jnp.dtype(f"uint{8 * indices.dtype.itemsize}")
-    u, s = lax.bitcast_convert_type(indices, unsigned), jnp.asarray(sizes).astype(unsigned)
+    u, s = _as_unsigned(indices, sizes)
     # min(u, u + s) is below s exactly for the in-bounds indices (see in_bounds_mask).
     in_range = jnp.minimum(jnp.minimum(u, u + s), s if past_end else s - 1)
     return lax.bitcast_convert_type(in_range, indices.dtype)
