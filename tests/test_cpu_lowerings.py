@@ -16,7 +16,7 @@ from jax import export
 from jax.test_util import check_grads
 
 import jax_gather
-from jax_gather import _cpu, _lowering, plans
+from jax_gather import _cpu, _cpu_columns, _lowering, plans
 from tests import ops_table, reference
 from tests.compat import enable_x64
 from tests.programs import bits, module_for, random_bits
@@ -33,7 +33,7 @@ T = _cpu.BATCHED_ND_LINEAR_TUPLES
 # 2**31 + 65536 elements: one past what an int32 offset addresses, without allocating them.
 HUGE = (32769, 65536)
 S = _cpu.SHORT_LOOKUP_INDICES
-ROWS_PER_INDEX = _cpu.COLUMN_ROWS
+ROWS_PER_INDEX = _cpu_columns.COLUMN_ROWS
 # Ids enough for rows of 64 bytes to reach SHORT_ROWS_MIN_BYTES of output (4096).
 R = _cpu.SHORT_ROWS_MIN_BYTES // 64
 # The column lowerings are chosen only where XLA widens indices in the loop (a fact of the CPU).

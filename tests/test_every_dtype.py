@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, note, settings, strategies as st
 
 import jax_gather
-from jax_gather import _cpu
+from jax_gather import _cpu, _cpu_columns
 from tests import reference
 from tests.compat import enable_x64
 from tests.strategies import make_indices, make_wild_indices
@@ -38,7 +38,7 @@ WIDTHS = sorted(
     {1, 15, _cpu.SHORT_ROWS[0] - 1, _cpu.SHORT_ROWS[0], _cpu.SHORT_ROWS[-1], _cpu.SHORT_ROWS[-1] + 1, 80}
 )
 COUNTS = sorted({1, _cpu.SHORT_LOOKUP_INDICES, _cpu.SHORT_LOOKUP_INDICES + 1, 300})
-COLUMN_ROWS = sorted({1, _cpu.COLUMN_ROWS - 1, _cpu.COLUMN_ROWS, _cpu.COLUMN_ROWS + 1})
+COLUMN_ROWS = sorted({1, *(_cpu_columns.COLUMN_ROWS + d for d in (-1, 0, 1))})
 # Outputs about the short rows' output size, where _cpu has one (index counts beyond COUNTS).
 MIN_BYTES = _cpu.SHORT_ROWS_MIN_BYTES
 EXAMPLES_PER_DTYPE = max(3, settings().max_examples // 10)
