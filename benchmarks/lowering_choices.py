@@ -42,7 +42,9 @@ Fn = Callable[[jax.Array, jax.Array], jax.Array]
 SHORT_LOOKUP = bench.Case("gather axis 0, 64 ids", "gather", 0, (50000, 512), (64,))
 # And GatherND after batch dims below BATCHED_ND_LINEAR_TUPLES (1024 tuples, 256 at --scale 4).
 BATCHED_PAIRS = bench.Case("gather_nd batch_dims=1, 1024 pairs", "gather_nd", 1, (64, 256, 256), (64, 16, 2))
-CASES = {case.name: case for case in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS)}
+# And the largest column lookup that reads its fill from a pad (16 MiB of cache lines).
+COLUMN_LOOKUP = bench.Case("gather axis 1, 64 ids of 4096 columns", "gather", 1, (4096, 4096), (64,))
+CASES = {case.name: case for case in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,11 +200,9 @@ def choices() -> list[Choice]:
             "default mode",
             ("batched_nd_fill_from_pad",),
         ),
-        Choice(
-            "short_lookup_fill_from_pad",
-            "gather axis 0, 64 ids",
-            "default mode",
-            ("short_lookup_fill_from_pad",),
+        *(
+            Choice("short_lookup_fill_from_pad", case, "default mode", ("short_lookup_fill_from_pad",))
+            for case in ("gather axis 0, 64 ids", "gather axis 1, 64 ids of 4096 columns")
         ),
     ]
     ge, nd = plans.gather_elements_plan, plans.gather_nd_plan

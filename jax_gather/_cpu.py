@@ -63,6 +63,19 @@ SHORT_ROWS_MIN_BYTES = 256 << 10
 # lookup of this many components stays under INLINE_FLOPS once it has no select of the fill.
 _INDEX_FLOPS = 7
 SHORT_LOOKUP_INDICES = 128
+# Measured (AMD EPYC, 32 MiB of L3): a short lookup read from a pad runs on the calling thread,
+# on one core. Where it reads more memory than this, in whole cache lines, the select's program,
+# split into a task per core on a worker thread, was faster: columns of a 4096x4096 table, each
+# element on a line of its own, by 128 ids (32 MiB of lines) took 1.83x the select's time in
+# int32, 1.40x in float16, 1.79x in float32 (96 ids, 24 MiB: 1.69x), and of an 8192x8192 int8
+# table by 64 ids 3.06x; by 64 float32 ids (16 MiB) 0.49x jnp's, and 128 int8 ids of a 4096x4096
+# table (16 MiB in all) 0.84x the select's. Rows were level at 32 MiB (0.97).
+SHORT_LOOKUP_MAX_LINES = 16 << 20
+CACHE_LINE = 64
+# Measured (AMD EPYC; the Intel Xeon's grid agrees): a promise of int8 columns by 129 ids took
+# 1.08x the time without columns_by_written_indices over 16 rows (2 KiB of output), 1.05x over
+# 32, 1.00x over 64 (8 KiB), 0.87x over 128. Their fill from a pad pays at every size.
+COLUMNS_MIN_BYTES = 8 << 10
 # Measured: GatherND elements after batch dims, read by one linear index into the whole of data
 # (a one-dim gather, which XLA:CPU compiles to a vector loop), took 0.72-0.88 of the time of the
 # gather with batching dims from 65536 index tuples, and 0.92-1.01 from 2048 to 32768; below,
@@ -124,6 +137,12 @@ def _columns(site: Site) -> bool:
     return columns and xla_widens_column_indices()  # a CPU's fact: asked last, once a process
 
 
+def _columns_forward(site: Site) -> bool:
+    """_columns, for an output of COLUMNS_MIN_BYTES or more: below, the written indices cost
+    more than the narrow loads save (a promise of 16x129 int8 columns, 5 µs: 1.08x without)."""
+    return _output_bytes(site.plan, site.dtype) >= COLUMNS_MIN_BYTES and _columns(site)
+
+
 def _off_leading_axis(site: Site) -> bool:
     """A Gather along an axis other than the first, unbatched (the moved axis's rows are whole
     slices of data)."""
@@ -172,9 +191,11 @@ def _short_lookup(site: Site) -> bool:
     """A lookup of rows with at most SHORT_LOOKUP_INDICES index components, only where the select
     would take it over INLINE_FLOPS (one flop per output element, a few per index component);
     below, the select is as cheap, and XLA counts the padded data among the pad's bytes and
-    splits its loop into a task per core (one row: 1.26x jnp's time)."""
+    splits its loop into a task per core (one row: 1.26x jnp's time). Not where it reads more
+    than SHORT_LOOKUP_MAX_LINES of memory: one core then loses to the select's two."""
     select_flops = math.prod(site.plan.output_shape) + _INDEX_FLOPS * site.components
     short = not site.elements and site.components <= SHORT_LOOKUP_INDICES
+    short = short and _lines_read(site.plan, site.shape, site.dtype) <= SHORT_LOOKUP_MAX_LINES
     return _pads(site) and short and select_flops >= INLINE_FLOPS
 
 
@@ -183,7 +204,7 @@ def _unit(site: Site) -> Any:
 
 
 ROWS = (
-    Row("columns_by_written_indices", "forward", _columns, lambda s: columns_by_written_indices),
+    Row("columns_by_written_indices", "forward", _columns_forward, lambda s: columns_by_written_indices),
     Row(
         "batched_nd_by_linear_index",
         "forward",
@@ -283,6 +304,24 @@ def _output_bytes(plan: GatherPlan, dtype: np.dtype) -> int:
     return math.prod(plan.output_shape) * _bits(dtype) // 8
 
 
+def _lines_read(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> int:
+    """The bytes of the cache lines the gather reads: each slice is runs of contiguous elements
+    (the trailing dims it takes whole, and the next it takes part of), each run whole lines; at
+    most all of data (a line read twice is in cache the second time)."""
+    run = 1
+    for size, full in zip(reversed(plan.slice_sizes), reversed(shape)):
+        run *= size
+        if size != full:
+            break
+    per_slice = math.prod(plan.slice_sizes)
+    if per_slice == 0:
+        return 0
+    slices = math.prod(plan.output_shape) // per_slice
+    run_lines = -(-run * _bits(dtype) // (8 * CACHE_LINE))
+    data = math.prod(shape) * _bits(dtype) // 8
+    return min(slices * (per_slice // run) * run_lines * CACHE_LINE, data)
+
+
 def _index_components(plan: GatherPlan) -> int:
     dn = plan.dimension_numbers
     batch = [d for i, d in enumerate(plan.output_shape) if i not in dn.offset_dims]
@@ -311,7 +350,11 @@ def _takes_whole_rows(shape: tuple, dtype: np.dtype, plan: GatherPlan) -> bool:
 
 def _bits(dtype: np.dtype) -> int:
     """Bits per element: a 4-bit type's itemsize is 1 (NumPy stores one per byte), its bits 4."""
-    return int((jnp.iinfo if jnp.issubdtype(dtype, jnp.integer) else jnp.finfo)(dtype).bits)
+    if jnp.issubdtype(dtype, jnp.integer):
+        return int(jnp.iinfo(dtype).bits)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return int(jnp.finfo(dtype).bits)
+    return 8 * dtype.itemsize  # bool, complex
 
 
 def _rows_in_units(data: jax.Array, idx: jax.Array, plan: GatherPlan, *, unit: Any) -> jax.Array:

@@ -140,6 +140,24 @@ def test_a_short_lookup_stays_under_inline_flops(mode, index_dtype):
 
 
 @needs_cpu_lowerings
+def test_a_column_lookup_read_from_a_pad_runs_on_the_calling_thread_and_its_select_in_tasks():
+    # Why short_lookup_fill_from_pad stops at SHORT_LOOKUP_MAX_LINES of cache lines: read from a
+    # pad, the lookup counts under INLINE_FLOPS and runs on the calling thread, one core; with the
+    # select it counts more and runs on a worker thread, its loop split into a task per core.
+    data, ids = np.zeros((4096, 4096), np.float32), np.zeros(_cpu.SHORT_LOOKUP_INDICES, np.int32)
+    plan = plans.gather_plan(data.shape, ids.shape, 1)
+    assert _cpu._lines_read(plan, data.shape, data.dtype) > _cpu.SHORT_LOOKUP_MAX_LINES
+
+    def padded(d, i):
+        slots = _traced_bounds.index_vectors(plan, i, clip=False, past_end=True)
+        return _cpu._read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), plan)
+
+    selected = jax.jit(lambda d, i: jax_gather.gather(d, i, 1)).lower(*_on_cpu(data, ids)).compile()
+    assert _flops(selected) >= _cpu_client.INLINE_FLOPS and "outer_dimension_partitions" in selected.as_text()
+    assert _flops(jax.jit(padded).lower(*_on_cpu(data, ids)).compile()) < _cpu_client.INLINE_FLOPS
+
+
+@needs_cpu_lowerings
 def test_rows_in_bytes_count_flops_over_all_of_data():
     # Why short lookups keep their rows as they are: in bytes the program leaves the calling thread.
     data, idx = np.zeros((1000, 64), np.float32), np.zeros((64, 1), np.int32)

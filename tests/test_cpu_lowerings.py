@@ -74,7 +74,12 @@ SELECTIONS = [
     # the CPU's fact holds.
     ((100, 32), np.float16, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
     ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),  # 4 bytes: no gain
-    ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED, *COLUMN_PAIR}),
+    ((2, 16, 32), np.int8, plans.gather_plan((2, 16, 32), (3, S), 2), {MOVED, *COLUMN_PAIR}),
+    # Below COLUMNS_MIN_BYTES of output (8 KiB) the indices are not written out; the pad stays.
+    ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
+    ((64, 32), np.int8, plans.gather_plan((64, 32), (S,), 1), {MOVED, LOOKUP_PAD}),
+    ((64, 32), np.int8, plans.gather_plan((64, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
+    ((63, 32), np.int8, plans.gather_plan((63, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
     ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), {MOVED}),
     ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
     ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1),
@@ -109,6 +114,14 @@ SELECTIONS = [
     ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2, 2), 0), {LOOKUP_PAD}),
     ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2 + 1, 2), 0), set()),
     ((100, 8), ml_dtypes.bfloat16, plans.gather_plan((100, 8), (7,), 0), set()),
+    # Not where the lookup reads more than SHORT_LOOKUP_MAX_LINES (16 MiB) of cache lines: columns
+    # of a 4096x4096 table, each element on a line of its own, by 128 ids (32 MiB), or rows of
+    # 32 MiB; 64 ids, or a table of 16 MiB in all, keep the pad.
+    ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S,), 1), {MOVED}),
+    ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S // 2,), 1), {MOVED, LOOKUP_PAD}),
+    ((4096, 4096), np.int8, plans.gather_plan((4096, 4096), (S,), 1), {MOVED, LOOKUP_PAD}),
+    ((256, 65536), np.float32, plans.gather_plan((256, 65536), (S,), 0), set()),
+    ((512, 65536), np.float32, plans.gather_plan((512, 65536), (S // 2,), 0), {LOOKUP_PAD}),
 ]
 # fmt: on
 
@@ -237,7 +250,7 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
                     lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")),
         LOOKUP_PAD: ((600, 300), make_wild_indices((20,), 600, np.int32, 5),
                      lambda d, i: jax_gather.gather(d, i, mode="fill")),
-        COLUMNS: ((20, 300), make_wild_indices((200,), 300, np.int32, 6),
+        COLUMNS: ((40, 300), make_wild_indices((200,), 300, np.int32, 6),  # COLUMNS_MIN_BYTES
                   lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
         COLUMN_PAD: ((20, 300), make_wild_indices((200,), 300, np.int32, 7),
                      lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
@@ -374,11 +387,12 @@ COLUMN_INDEX_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint
 @pytest.mark.parametrize("dtype", COLUMN_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_columns_are_bit_exact_in_every_mode(dtype, jit, columns_on_any_cpu):
-    # Along the last axis from COLUMN_ROWS rows: written-out indices, and "fill" (and traced
-    # "checked") from a pad; every kind of out-of-bounds index, data of random bytes.
+    # Along the last axis from COLUMN_ROWS rows and COLUMNS_MIN_BYTES of output: written-out
+    # indices, and "fill" (and traced "checked") from a pad; every kind of out-of-bounds index,
+    # data of random bytes.
     wide = np.dtype(dtype).itemsize == 8
     with enable_x64(wide):
-        data = random_bits(np.random.default_rng(0), dtype, (2, ROWS_PER_INDEX // 2, 40))
+        data = random_bits(np.random.default_rng(0), dtype, (2, 3 * ROWS_PER_INDEX, 40))
         indices = make_wild_indices((3, S // 2), 40, np.int64 if wide else np.int32, seed=1)
         plan = plans.gather_plan(data.shape, indices.shape, 2)
         assert (COLUMNS in _cpu.lowering(plan, data.shape, data.dtype).names) == (ON and data.itemsize <= 2)
