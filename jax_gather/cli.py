@@ -81,6 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="every op x dtype x row width x index count x mode against jnp's same call, with "
         "heatmaps (--plot PREFIX) and JSON (--json); with --quick a smaller grid (< 2 min)",
     )
+    bench.add_argument(
+        "--remeasure",
+        metavar="FILE",
+        help="with --grid: time again, alone over 15 rounds, the cells of a grid's JSON (--json) "
+        "that were slower past their A/A band and the 15 of highest median; written into FILE",
+    )
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")

@@ -1,5 +1,6 @@
 """The benchmark compares equal work, runs end to end, and writes its files."""
 
+import dataclasses
 import json
 import mmap
 import os
@@ -338,6 +339,36 @@ def test_grid_run_reports_both_modes_against_an_a_a_band(tmp_path):
     paths = grid.plot(rows, str(tmp_path / "grid"))
     assert [os.path.basename(p) for p in paths] == ["grid-checked.png", "grid-promise_in_bounds.png"]
     assert all(os.path.getsize(p) > 1000 for p in paths)
+
+
+def test_remeasure_times_the_flagged_cells_and_the_highest_again(tmp_path):
+    fast, flagged = grid.Cell("gather axis 0", "float32", 16, 16), grid.Cell("gather axis 1", "int8", 16, 16)
+    row = lambda cell, ratio, low: (
+        dataclasses.asdict(cell)
+        | {
+            "aa_interval": [0.9, 1.1, 0.9],
+            **dict.fromkeys(grid.MODES, ratio),
+            **{f"{m}_interval": [low, ratio + 0.1, 0.9] for m in grid.MODES},
+        }
+    )
+    rows = [row(fast, 0.5, 0.4), row(flagged, 1.5, 1.3)]
+    assert [grid.slower(r, "checked") for r in rows] == [False, True]
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps({"grid": rows}))
+    argv = ["bench", "--grid", "--remeasure", str(path), "--rounds", "2", "--no-tune-allocator"]
+    assert cli.main(argv) == 0
+    records = json.loads(path.read_text())["remeasured"]
+    # The two flagged, then the highest medians (top 15: all four cell-modes), each once.
+    assert [(r["cell"][1], r["mode"]) for r in records] == [
+        ("int8", "checked"),
+        ("int8", "promise_in_bounds"),
+        ("float32", "checked"),
+        ("float32", "promise_in_bounds"),
+    ]
+    for r in records:
+        assert r["ratio"] > 0 and len(r["interval"]) == 3 and isinstance(r["slower"], bool)
+        assert r["grid_ratio"] == (1.5 if r["cell"][1] == "int8" else 0.5)
+    assert "on re-measure: " in grid.format_remeasured(records)
 
 
 def test_slower_needs_the_whole_interval_past_the_a_a_band():

@@ -89,6 +89,16 @@ def main(args: Any) -> int:
 
 def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
     settle = grid.SETTLE_S if getattr(args, "settle_ms", None) is None else args.settle_ms / 1e3
+    if getattr(args, "remeasure", None):
+        with open(args.remeasure) as f:
+            result = json.load(f)
+        rounds = args.rounds or grid.REMEASURED_ROUNDS
+        result["remeasured"] = grid.remeasure(result["grid"], rounds=rounds, settle=settle)
+        result["remeasured_on"] = machine
+        print(grid.format_remeasured(result["remeasured"]))
+        with open(args.remeasure, "w") as f:
+            json.dump(result, f, indent=1)
+        return 0
     rows = grid.run(quick=args.quick, rounds=args.rounds, only=args.only, settle=settle)
     print(grid.format_summary(rows))
     if args.json:
