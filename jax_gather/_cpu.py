@@ -313,13 +313,11 @@ def _lines_read(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> int:
         run *= size
         if size != full:
             break
-    per_slice = math.prod(plan.slice_sizes)
-    if per_slice == 0:
+    if run == 0:
         return 0
-    slices = math.prod(plan.output_shape) // per_slice
+    runs = math.prod(plan.output_shape) // run
     run_lines = -(-run * _bits(dtype) // (8 * CACHE_LINE))
-    data = math.prod(shape) * _bits(dtype) // 8
-    return min(slices * (per_slice // run) * run_lines * CACHE_LINE, data)
+    return min(runs * run_lines * CACHE_LINE, math.prod(shape) * _bits(dtype) // 8)
 
 
 def _index_components(plan: GatherPlan) -> int:

@@ -226,19 +226,16 @@ def remeasure(
     ratio, the new ratio, interval, A/A interval and verdict."""
     flagged = [(r, m) for r in rows for m in MODES if slower(r, m)]
     highest = sorted(((r, m) for r in rows for m in MODES), key=lambda rm: -rm[0][rm[1]])[:top]
-    done: set[tuple[Cell, str]] = set()
+    picked = {(Cell(r["op"], r["dtype"], r["width"], r["count"]), m): r for r, m in flagged + highest}
     records = []
-    for row, mode in flagged + highest:
-        cell = Cell(row["op"], row["dtype"], row["width"], row["count"])
-        if (cell, mode) in done:
-            continue
-        done.add((cell, mode))
-        progress(len(done) - 1, len(flagged) + len(highest), cell.name)
+    for k, ((cell, mode), row) in enumerate(picked.items()):
+        progress(k, len(picked), cell.name)
         again = run_cell(cell, rounds, settle)
         records.append(
             {
                 "cell": [cell.op, cell.dtype, cell.width, cell.count],
                 "mode": mode,
+                "rounds": rounds,
                 "grid_ratio": row[mode],
                 "ratio": again[mode],
                 "interval": again[f"{mode}_interval"],
@@ -251,7 +248,8 @@ def remeasure(
 
 
 def format_remeasured(records: Sequence[dict[str, Any]]) -> str:
-    lines = [f"remeasured: {len(records)} cells alone, {REMEASURED_ROUNDS} rounds each (grid -> now)"]
+    rounds = ", ".join(str(n) for n in sorted({r["rounds"] for r in records}))
+    lines = [f"remeasured: {len(records)} cells alone, {rounds} rounds each (grid -> now)"]
     for r in records:
         name, (low, high) = Cell(*r["cell"]).name, r["interval"][:2]
         aa_low, aa_high = r["aa_interval"][:2]
