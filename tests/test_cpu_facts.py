@@ -187,6 +187,25 @@ def test_the_cpu_client_aliases_numpy_arrays_aligned_to_cpu_alignment():
     assert copy.ctypes.data % _cpu_client.CPU_ALIGNMENT == 0 and np.array_equal(copy, misaligned)
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_a_split_array_is_read_in_place_with_its_join_fused_into_the_gather(dtype, axis):
+    # Why a prepared model's large unaligned inputs are split (_cpu_client.split_for_cpu): the
+    # client aliases the aligned tail, and XLA reads the head and tail inside the gather's own
+    # loop, with no concatenated copy of its own.
+    array = _numpy_at(1 << 20, 16).view(dtype).reshape(-1, 256)
+    array[...] = np.arange(array.size).reshape(array.shape) % 97
+    head, tail = _cpu_client.split_for_cpu(array)
+    assert head.nbytes == 48 and tail.ctypes.data % _cpu_client.CPU_ALIGNMENT == 0
+    assert np.shares_memory(np.asarray(jax.device_put(tail, CPU)), tail)
+    ids = np.array([3, 200, 0, 255], np.int32)
+    gather = lambda h, t, i: jax_gather.gather(
+        _cpu_client.joined(h, t, array.shape), i, axis, mode="promise_in_bounds"
+    )
+    np.testing.assert_array_equal(jax.jit(gather)(head, tail, ids), np.take(array, ids, axis))
+    assert "concatenate" not in _entry_ops(_compiled_text(gather, head, tail, ids))
+
+
 def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
     # Ready as the call returns: copied on the calling thread. A large copy is handed over, so
     # it is not ready at least some of the time (on a busy machine it may finish first).

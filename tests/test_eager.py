@@ -275,6 +275,50 @@ def test_indices_tested_and_narrowed_in_chunks(tuples, where):
     assert _cpu_client.tested_and_narrowed(aligned, plan, test) == (in_range, None)
 
 
+def test_only_what_the_cpu_client_would_copy_on_a_worker_thread_is_split():
+    def at(offset, nbytes=_cpu_client.CPU_COPIED_INLINE, dtype=np.float32):
+        raw = np.zeros(nbytes + 128, np.uint8)
+        start = -raw.ctypes.data % _cpu_client.CPU_ALIGNMENT + offset
+        return raw[start : start + nbytes].view(dtype)
+
+    for offset in (16, 32, 48):
+        array = at(offset).reshape(-1, 8)
+        head, tail = _cpu_client.split_for_cpu(array)
+        assert head.size == (_cpu_client.CPU_ALIGNMENT - offset) // 4
+        assert tail.ctypes.data % _cpu_client.CPU_ALIGNMENT == 0
+        assert np.shares_memory(head, array) and np.shares_memory(tail, array)
+        assert head.size + tail.size == array.size
+    assert _cpu_client.split_for_cpu(at(0)) is None  # aliased as it is
+    assert _cpu_client.split_for_cpu(at(8)) is None  # not NumPy's alignment: copied
+    assert _cpu_client.split_for_cpu(at(16, _cpu_client.CPU_COPIED_INLINE - 64)) is None  # copied inline
+    assert _cpu_client.split_for_cpu(at(16, 2 * _cpu_client.CPU_COPIED_INLINE).reshape(2, -1)[:, ::2]) is None
+    with enable_x64(False):  # JAX would narrow it: a copy anyway
+        assert _cpu_client.split_for_cpu(at(16, dtype=np.int64)) is None
+
+
+@pytest.mark.parametrize(
+    "dtype, values, size, verdict",
+    [
+        (np.int8, [-128, 127], 1000, Verdict.IN_BOUNDS),  # an axis longer than the dtype reaches
+        (np.int8, [-128, 0], 128, Verdict.IN_BOUNDS),
+        (np.int8, [-128, 127], 127, Verdict.OUT_OF_BOUNDS),
+        (np.int64, [-(2**63), 0], 5, Verdict.OUT_OF_BOUNDS),
+        (np.int64, [2**63 - 1, 0], 5, Verdict.OUT_OF_BOUNDS),
+        (np.uint64, [2**64 - 1, 0], 5, Verdict.OUT_OF_BOUNDS),  # not -1: unsigned
+        (np.uint64, [2**63, 0], 2**63 + 1, Verdict.IN_RANGE),
+        (np.uint8, [255, 0], 256, Verdict.IN_RANGE),
+        (np.int32, [-5, 4], 5, Verdict.IN_BOUNDS),
+        (np.int32, [-6, 4], 5, Verdict.OUT_OF_BOUNDS),
+        (np.int32, [0, 5], 5, Verdict.OUT_OF_BOUNDS),
+    ],
+)
+def test_the_verdict_by_argmin_and_argmax_at_the_edges_of_each_dtype(dtype, values, size, verdict):
+    plan = plans.gather_plan((size,), (len(values),), 0)
+    indices = np.array(values, dtype)
+    assert _host_bounds.verdict_test(plan, indices.size)(indices) is verdict
+    assert _host_bounds.judge(plan, indices) is verdict
+
+
 def test_the_in_range_test_of_a_scalar_index():
     plan = plans.gather_plan((5,), (), 0)
     test = _host_bounds.in_range_test(plan, np.dtype(np.int64), 1)
