@@ -44,7 +44,10 @@ SHORT_LOOKUP = bench.Case("gather axis 0, 64 ids", "gather", 0, (50000, 512), (6
 BATCHED_PAIRS = bench.Case("gather_nd batch_dims=1, 1024 pairs", "gather_nd", 1, (64, 256, 256), (64, 16, 2))
 # And the largest column lookup that reads its fill from a pad (16 MiB of cache lines).
 COLUMN_LOOKUP = bench.Case("gather axis 1, 64 ids of 4096 columns", "gather", 1, (4096, 4096), (64,))
-CASES = {case.name: case for case in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP)}
+# And a GatherND of index pairs whose one fill loop XLA:CPU splits (below ND_TWO_LOOPS_TUPLES;
+# 2048 pairs at --scale 4).
+PAIRS = bench.Case("gather_nd, 8192 int8 pairs", "gather_nd", 0, (64, 64), (8192, 2), True, "int8")
+CASES = {case.name: case for case in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +207,7 @@ def choices() -> list[Choice]:
             Choice("short_lookup_fill_from_pad", case, "default mode", ("short_lookup_fill_from_pad",))
             for case in ("gather axis 0, 64 ids", "gather axis 1, 64 ids of 4096 columns")
         ),
+        Choice("nd_fill_in_two_loops", PAIRS.name, "default mode", ("nd_fill_in_two_loops",)),
     ]
     ge, nd = plans.gather_elements_plan, plans.gather_nd_plan
     generic = [

@@ -46,7 +46,8 @@ from jax_gather._cpu_columns import (
     reads_columns,
     xla_widens_column_indices,
 )
-from jax_gather._lowering import GENERIC, PROMISE, Lowering, direct
+from jax_gather._fill import selected_as_bits
+from jax_gather._lowering import GENERIC, PROMISE, Lowering, direct, masked
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan, gather_plan
 
@@ -81,6 +82,17 @@ COLUMNS_MIN_BYTES = 8 << 10
 # gather with batching dims from 65536 index tuples, and 0.92-1.01 from 2048 to 32768; below,
 # the linear index's flops could take a small lookup to a worker thread (docs/design.md).
 BATCHED_ND_LINEAR_TUPLES = 2048
+# Fact: XLA:CPU splits a loop into a task per core (its parallel task assignment) where XLA's cost
+# analysis counts more flops than bytes in it and flops + 10 bytes reach SPLIT_COST; the one loop
+# of a GatherND's fill counts 7 flops per index component, 3 more per element for the floats it
+# selects as bits (and 1 per data element, converted), and as bytes its int32 indices, output and
+# data (tests/test_cpu_facts.py checks the count against XLA's). Split, it waits on the other
+# core; the slots written out leave two loops, each counted as bytes, on one thread. Measured (AMD
+# EPYC, jnp's "fill" 21-22 µs): 4096 bfloat16 pairs 40-47 µs in one split loop, 21-23 in two; 8192
+# int8 pairs 38-42 and 22-28. From 16384 pairs the split loop was level or faster (bfloat16: 39
+# against 80 µs; int8: 39 against 45).
+SPLIT_COST = 200000
+ND_TWO_LOOPS_TUPLES = 16384
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +211,27 @@ def _short_lookup(site: Site) -> bool:
     return _pads(site) and short and select_flops >= INLINE_FLOPS
 
 
+def _nd_two_loops(site: Site) -> bool:
+    """A GatherND of one element per index tuple (of two components or more) without batch dims,
+    of fewer than ND_TWO_LOOPS_TUPLES tuples, whose fill in one loop XLA:CPU would split."""
+    plan, dn = site.plan, site.plan.dimension_numbers
+    k = len(dn.start_index_map)
+    one_element = math.prod(plan.slice_sizes) == 1  # each tuple reads one element of data
+    tuples = one_element and plan.tuple_indices and k > 1 and not dn.operand_batching_dims
+    whole_bytes = _bits(site.dtype) >= 8  # sub-byte types are converted on the way: not counted here
+    return tuples and whole_bytes and site.components < ND_TWO_LOOPS_TUPLES * k and _fill_loop_splits(site)
+
+
+def _fill_loop_splits(site: Site) -> bool:
+    """Whether XLA:CPU splits the one loop of an element GatherND's fill (by its cost analysis:
+    SPLIT_COST), for int32 indices."""
+    k, data = len(site.plan.dimension_numbers.start_index_map), math.prod(site.shape)
+    tuples, bits = site.components // k, selected_as_bits(site.dtype)
+    flops = tuples * (7 * k + 3 * bits) + data * bits
+    nbytes = tuples * (4 * k) + (tuples + data) * _bits(site.dtype) // 8
+    return flops > nbytes and flops + 10 * nbytes >= SPLIT_COST
+
+
 def _unit(site: Site) -> Any:
     return jnp.uint4 if site.dtype.itemsize == 1 else jnp.uint8
 
@@ -227,6 +260,7 @@ ROWS = (
     Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: _read_fill_from_pad),
     Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: _read_fill_from_pad),
     Row("column_fill_from_pad", "fill", lambda s: _pads(s) and _columns(s), lambda s: _column_fill_from_pad),
+    Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: _fill_after_written_slots),
 )
 LOWERINGS = tuple(row.name for row in ROWS)
 
@@ -440,3 +474,16 @@ def _padded(data: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
 
 def _column_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
     return columns_by_written_indices(_padded(data, fill, plan), slots, plan)
+
+
+# ---- GatherND's fill in two loops -----------------------------------------------------------------
+# The slots (stacked one component at a time: jax_gather._traced_bounds.working_indices) are read
+# twice, for the mask and for the index, so XLA writes them out in a loop of their own.
+
+
+def _fill_after_written_slots(
+    data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan
+) -> jax.Array:
+    sizes = np.asarray(plan.index_sizes, slots.dtype)
+    ok = jnp.all(slots < sizes, axis=-1)
+    return masked(ok, direct(data, jnp.minimum(slots, sizes - 1), plan), fill, plan)

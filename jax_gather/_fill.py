@@ -240,13 +240,13 @@ def select_exact(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> ja
     which rewrites NaN payloads (float8_e3m4, e4m3 and e5m2 have several NaNs); for every float
     type other than float16, 32 and 64 the bit patterns are selected instead (a same-width
     bitcast is free). float4_e2m1fn has no NaN to rewrite."""
-    if not _selected_as_bits(np.dtype(on_true.dtype)):
+    if not selected_as_bits(np.dtype(on_true.dtype)):
         return jnp.where(mask, on_true, on_false)
     return _select_bits(mask, on_true, on_false)
 
 
 @functools.lru_cache(maxsize=64)
-def _selected_as_bits(dtype: np.dtype) -> bool:
+def selected_as_bits(dtype: np.dtype) -> bool:
     native = (np.float16, np.float32, np.float64)
     return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype not in native and _float_type(dtype).has_nan
 

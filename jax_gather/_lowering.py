@@ -125,10 +125,10 @@ def _replaced_jvp(plan, low, primals, tangents):
 def _select_fill(
     data: jax.Array, idx: jax.Array, ok: jax.Array, fill: jax.Array, plan: GatherPlan, low: Lowering
 ) -> jax.Array:
-    return _masked(ok, _gather(data, idx, plan, low), fill, plan)
+    return masked(ok, _gather(data, idx, plan, low), fill, plan)
 
 
-def _masked(ok: jax.Array, out: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
+def masked(ok: jax.Array, out: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
     """``out`` where ``ok``, broadcast over the slice dims of the output, else ``fill``."""
     offset_dims = plan.dimension_numbers.offset_dims
     batch_positions = tuple(d for d in range(len(plan.output_shape)) if d not in offset_dims)
@@ -156,5 +156,5 @@ def _fill_on_cpu(
 def _fill_on_cpu_jvp(plan, low, primals, tangents):
     _, idx, _, ok, _ = primals
     data_dot, _, _, _, fill_dot = tangents
-    tangent = _masked(ok, _on_cpu(low.derivative, data_dot, idx, plan), fill_dot, plan)
+    tangent = masked(ok, _on_cpu(low.derivative, data_dot, idx, plan), fill_dot, plan)
     return _fill_on_cpu(*primals, plan, low), tangent

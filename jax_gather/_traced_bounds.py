@@ -190,12 +190,15 @@ def working_indices(
     sizes = axis_sizes(plan, target)
     work = lambda i, s: _working(_saturate(i, target), s, clip, past_end, unclamped)
     batched = bool(plan.dimension_numbers.operand_batching_dims)
-    if plan.tuple_indices and batched and isinstance(sizes, np.ndarray) and sizes.shape[0] > 1:
+    by_component = batched or past_end
+    if plan.tuple_indices and by_component and isinstance(sizes, np.ndarray) and sizes.shape[0] > 1:
         # GatherND after batch dims: one component at a time, each against its own size as a
         # scalar, then stacked. XLA:CPU vectorises each component's arithmetic, where over the
         # (..., k) array against a (k,) vector of sizes it did not (docs/design.md: 64x16384
         # pairs, by one linear index, 1.64x jnp's time whole and 0.93x by component). Without
-        # batch dims the gather reads the (..., k) array as it is, and this measured no faster.
+        # batch dims the gather reads the (..., k) array as it is, and this measured no faster;
+        # the slots of a fill (past_end) are stacked too, a stack XLA writes out where two
+        # loops read it (jax_gather._cpu's nd_fill_in_two_loops) and fuses where one does.
         return jnp.stack([work(indices[..., c], sizes[c]) for c in range(sizes.shape[0])], axis=-1)
     return work(indices, sizes)
 

@@ -221,6 +221,32 @@ def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
     assert large < 10, "the CPU client copies large arrays on the calling thread"
 
 
+# ---- nd_fill_in_two_loops ------------------------------------------------------------------------
+
+
+@needs_cpu_lowerings
+def test_xla_splits_the_one_loop_of_a_gather_nd_fill_where_its_cost_analysis_counts_it_so():
+    # Why nd_fill_in_two_loops, and where (_cpu._fill_loop_splits): XLA:CPU splits the fill's one
+    # loop into a task per core wherever the count says so (exactly so over small data; over a
+    # large table XLA splits more often than it says, where the lowering is not taken).
+    fill = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
+    counted = lambda shape, n, dtype: _cpu._fill_loop_splits(
+        _cpu.Site(plans.gather_nd_plan(shape, (n, 2)), shape, np.dtype(dtype), False, 1)
+    )
+    with _cpu.without("nd_fill_in_two_loops"):
+        for dtype in (jnp.bfloat16, jnp.float16, jnp.int8, jnp.float32):
+            for shape in ((64, 64), (512, 512)):
+                for n in (512, 1024, 2048, 4096):
+                    data, ids = np.zeros(shape, dtype), np.zeros((n, 2), np.int32)
+                    split = "outer_dimension_partitions" in _compiled_text(fill, data, ids)
+                    said = counted(shape, n, dtype)
+                    assert split == said if shape == (64, 64) else split or not said, (dtype, shape, n)
+    data, ids = np.zeros((64, 64), jnp.bfloat16), np.zeros((4096, 2), np.int32)
+    assert counted((64, 64), 4096, jnp.bfloat16)
+    two = _compiled_text(fill, data, ids)
+    assert _entry_ops(two) == ["fusion", "fusion"] and "outer_dimension_partitions" not in two
+
+
 # ---- batched_nd_fill_from_pad, short_lookup_fill_from_pad ---------------------------------------
 
 

@@ -27,7 +27,9 @@ needs_cpu_lowerings = pytest.mark.skipif(not ON, reason="the CPU lowerings need 
 ROWS, LINEAR, MOVED = "short_rows_in_bytes", "linear_derivative", "moved_axis_derivative"
 ND_PAD, LOOKUP_PAD = "batched_nd_fill_from_pad", "short_lookup_fill_from_pad"
 COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
-ND_LINEAR = "batched_nd_by_linear_index"
+ND_LINEAR, TWO_LOOPS = "batched_nd_by_linear_index", "nd_fill_in_two_loops"
+# Index tuples below which GatherND's fill may run in two loops (16384).
+N2 = _cpu.ND_TWO_LOOPS_TUPLES
 # Index tuples enough for a GatherND after batch dims to read by one linear index (2048).
 T = _cpu.BATCHED_ND_LINEAR_TUPLES
 # 2**31 + 65536 elements: one past what an int32 offset addresses, without allocating them.
@@ -102,7 +104,7 @@ SELECTIONS = [
     ((4, 5, 6), jnp.int4, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR}),  # XLA widens all
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, T // 20 + 1, 2), 2),
      {LINEAR, ND_LINEAR}),
-    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (T, 3), 0), {LINEAR}),  # no batch dims
+    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (T, 3), 0), {LINEAR, TWO_LOOPS}),  # no batch dims
     ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), {LINEAR}),
     ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (5, 40), 1), {LINEAR}),
     ((40,), np.float32, plans.gather_plan((40,), (9,), 0), set()),  # one dim already
@@ -122,6 +124,18 @@ SELECTIONS = [
     ((4096, 4096), np.int8, plans.gather_plan((4096, 4096), (S,), 1), {MOVED, LOOKUP_PAD}),
     ((256, 65536), np.float32, plans.gather_plan((256, 65536), (S,), 0), set()),
     ((512, 65536), np.float32, plans.gather_plan((512, 65536), (S // 2,), 0), {LOOKUP_PAD}),
+    # GatherND of one element per index tuple, without batch dims, whose one loop of the fill
+    # XLA:CPU would split (by its cost analysis), below N2 tuples: its fill in two loops.
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (4096, 2)), {TWO_LOOPS}),
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2 - 1, 2)), {TWO_LOOPS}),
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2, 2)), set()),  # split pays
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (512, 2)), set()),  # not split
+    ((64, 64, 1), np.float32, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # data's bytes: not split
+    ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (4096, 2)), {LINEAR, TWO_LOOPS}),
+    ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (2048, 2)), {LINEAR}),
+    ((64, 64, 1), jnp.int4, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # converted to bytes
+    ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), set()),  # rows
+    ((8, 64, 64), ml_dtypes.bfloat16, plans.gather_nd_plan((8, 64, 64), (8, 512, 2), 1), {LINEAR, ND_LINEAR}),
 ]
 # fmt: on
 
@@ -254,8 +268,10 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
                   lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
         COLUMN_PAD: ((20, 300), make_wild_indices((200,), 300, np.int32, 7),
                      lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
+        TWO_LOOPS: ((64, 64), make_wild_indices((4096, 2), (64, 64), np.int32, 9),
+                    lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
     }[name]  # fmt: skip
-    dtype = np.float16 if name in (COLUMNS, COLUMN_PAD) else np.float32  # columns of 1-2 bytes
+    dtype = np.float16 if name in (COLUMNS, COLUMN_PAD, TWO_LOOPS) else np.float32  # 1-2 bytes
     data = rng.standard_normal(data).astype(dtype)
     text = lambda: jax.jit(fn).lower(data, indices).as_text()
     chosen, out = text(), np.asarray(jax.jit(fn)(data, indices))
@@ -342,8 +358,8 @@ FILL_CASES = [
 )
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_fill_matches_the_reference_in_every_direction(dtype, fill, expected_fill, jit):
-    # GatherND elements (a pad of data on CPU), short row lookups of each op (a pad of data),
-    # element gathers that select; every kind of out-of-bounds index.
+    # GatherND elements (a pad of data on CPU, or two loops), short row lookups of each op (a
+    # pad of data), element gathers that select; every kind of out-of-bounds index.
     wide = np.dtype(dtype).itemsize == 8
     with enable_x64(wide):
         rng = np.random.default_rng(0)
@@ -359,6 +375,7 @@ def test_fill_matches_the_reference_in_every_direction(dtype, fill, expected_fil
                 make_wild_indices((6, T // 6 + 1, 2), (7, 5), i_dtype, 8),
             ),  # by one linear index
             ("gather_nd", 0, make_wild_indices((12, 2), (6, 7), i_dtype, 3)),
+            ("gather_nd", 0, make_wild_indices((2048, 3), (6, 7, 5), i_dtype, 9)),  # in two loops
             ("gather", 0, make_wild_indices((3, 5), 6, i_dtype, 4)),
             ("gather", 1, make_wild_indices((11,), 7, i_dtype, 5)),
             ("gather_elements", 1, make_wild_indices((6, 9, 5), 7, i_dtype, 6)),
