@@ -88,8 +88,8 @@ BATCHED_ND_LINEAR_TUPLES = 2048
 # selects as bits (and 1 per data element, converted), and as bytes its int32 indices, output and
 # data (tests/test_cpu_facts.py checks the count against XLA's). Split, it waits on the other
 # core; the slots written out leave two loops, each counted as bytes, on one thread. Measured (AMD
-# EPYC, jnp's "fill" 21-22 µs): 4096 bfloat16 pairs 40-47 µs in one split loop, 21-23 in two; 8192
-# int8 pairs 38-42 and 22-28. From 16384 pairs the split loop was level or faster (bfloat16: 39
+# EPYC, jnp's "fill" 21-23 µs): 4096 bfloat16 pairs 39-53 µs in one split loop, 21-28 in two; 8192
+# int8 pairs 38-46 and 22-28. From 16384 pairs the split loop was level or faster (bfloat16: 39
 # against 80 µs; int8: 39 against 45).
 SPLIT_COST = 200000
 ND_TWO_LOOPS_TUPLES = 16384
