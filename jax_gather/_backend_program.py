@@ -289,6 +289,8 @@ class Program:
         key = (modes, taken, split)
         program = self._programs.get(key)
         if program is None:
+            if len(self._programs) >= 64:  # a split's key holds its shape: bounded as signatures are
+                self._programs.clear()
             parts = sources + len(split)
 
             def trace(*arrays: Any) -> Any:
