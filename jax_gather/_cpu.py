@@ -48,6 +48,7 @@ from jax_gather._cpu_columns import (
 )
 from jax_gather._fill import selected_as_bits
 from jax_gather._lowering import GENERIC, PROMISE, Lowering, direct, masked
+from jax_gather._traced_bounds import axis_sizes
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan, gather_plan
 
@@ -484,6 +485,6 @@ def _column_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, pl
 def _fill_after_written_slots(
     data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan
 ) -> jax.Array:
-    sizes = np.asarray(plan.index_sizes, slots.dtype)
+    sizes = axis_sizes(plan, slots.dtype)
     ok = jnp.all(slots < sizes, axis=-1)
     return masked(ok, direct(data, jnp.minimum(slots, sizes - 1), plan), fill, plan)
