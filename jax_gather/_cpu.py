@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather._cpu_client import INLINE_FLOPS
+from jax_gather._cpu_client import INLINE_FLOPS, xla_splits_loops
 from jax_gather._cpu_columns import (
     columns_by_written_indices,
     reads_columns,
@@ -65,14 +65,13 @@ SHORT_ROWS_MIN_BYTES = 256 << 10
 # lookup of this many components stays under INLINE_FLOPS once it has no select of the fill.
 _INDEX_FLOPS = 7
 SHORT_LOOKUP_INDICES = 128
-# Measured (AMD EPYC, 32 MiB of L3): a short lookup read from a pad runs on the calling thread,
-# on one core. Where it reads more memory than this, in whole cache lines, the select's program,
-# split into a task per core on a worker thread, was faster: columns of a 4096x4096 table, each
-# element on a line of its own, by 128 ids (32 MiB of lines) took 1.83x the select's time in
-# int32, 1.40x in float16, 1.79x in float32 (96 ids, 24 MiB: 1.69x), and of an 8192x8192 int8
-# table by 64 ids 3.06x; by 64 float32 ids (16 MiB) 0.49x jnp's, and 128 int8 ids of a 4096x4096
-# table (16 MiB in all) 0.84x the select's. Rows were level at 32 MiB (0.97).
-SHORT_LOOKUP_MAX_LINES = 16 << 20
+# Measured (AMD EPYC, 32 MiB of L3; docs/design.md): read from a pad, a short lookup runs on one
+# core, and each contiguous run of a slice costs its loop more than the select's. Where XLA splits
+# loops, the select's tasks were faster past this many bytes of cache lines read (float32 columns:
+# 0.58 of its time at 8 MiB, 1.14x at 12). On one core, past 2 MiB or 64Ki runs (int8 columns:
+# 1.04-1.05).
+SHORT_LOOKUP_MAX_LINES = 8 << 20
+SHORT_LOOKUP_MAX_LINES_ONE_CORE, SHORT_LOOKUP_MAX_RUNS_ONE_CORE = 2 << 20, 65536
 CACHE_LINE = 64
 # Measured (AMD EPYC; the Intel Xeon's grid agrees): a promise of int8 columns by 129 ids took
 # 1.08x the time without columns_by_written_indices over 16 rows (2 KiB of output), 1.05x over
@@ -83,9 +82,9 @@ COLUMNS_MIN_BYTES = 8 << 10
 # gather with batching dims from 65536 index tuples, and 0.92-1.01 from 2048 to 32768; below,
 # the linear index's flops could take a small lookup to a worker thread (docs/design.md).
 BATCHED_ND_LINEAR_TUPLES = 2048
-# Fact: XLA:CPU splits a loop into a task per core (its parallel task assignment) where XLA's cost
-# analysis counts more flops than bytes in it and flops + 10 bytes reach SPLIT_COST; the one loop
-# of a GatherND's fill counts 7 flops per index component, 3 more per element for the floats it
+# Fact: XLA:CPU, on two cores or more (xla_splits_loops), splits a loop into a task per core
+# where XLA's cost analysis counts more flops than bytes and flops + 10 bytes reach SPLIT_COST;
+# the one loop of a GatherND's fill counts 7 flops per index component, 3 more per element for the floats it
 # selects as bits (and 1 per data element, converted), and as bytes its int32 indices, output and
 # data (tests/test_cpu_facts.py checks the count against XLA's). Split, it waits on the other
 # core; the slots written out leave two loops, each counted as bytes, on one thread. Measured (AMD
@@ -205,22 +204,33 @@ def _short_lookup(site: Site) -> bool:
     would take it over INLINE_FLOPS (one flop per output element, a few per index component);
     below, the select is as cheap, and XLA counts the padded data among the pad's bytes and
     splits its loop into a task per core (one row: 1.26x jnp's time). Not where it reads more
-    than SHORT_LOOKUP_MAX_LINES of memory: one core then loses to the select's two."""
+    memory than its one core beats the select at (_reads_little)."""
     select_flops = math.prod(site.plan.output_shape) + _INDEX_FLOPS * site.components
     short = not site.elements and site.components <= SHORT_LOOKUP_INDICES
-    short = short and _lines_read(site.plan, site.shape, site.dtype) <= SHORT_LOOKUP_MAX_LINES
-    return _pads(site) and short and select_flops >= INLINE_FLOPS
+    return _pads(site) and short and select_flops >= INLINE_FLOPS and _reads_little(site)
+
+
+def _reads_little(site: Site) -> bool:
+    """SHORT_LOOKUP_MAX_LINES of cache lines where XLA:CPU splits the select's loop into tasks;
+    on one core, SHORT_LOOKUP_MAX_LINES_ONE_CORE in SHORT_LOOKUP_MAX_RUNS_ONE_CORE runs."""
+    runs, lines = _runs_and_lines(site.plan, site.shape, site.dtype)
+    if xla_splits_loops():
+        return lines <= SHORT_LOOKUP_MAX_LINES
+    return lines <= SHORT_LOOKUP_MAX_LINES_ONE_CORE and runs <= SHORT_LOOKUP_MAX_RUNS_ONE_CORE
 
 
 def _nd_two_loops(site: Site) -> bool:
     """A GatherND of one element per index tuple (of two components or more) without batch dims,
-    of fewer than ND_TWO_LOOPS_TUPLES tuples, whose fill in one loop XLA:CPU would split."""
+    of fewer than ND_TWO_LOOPS_TUPLES tuples, whose fill in one loop XLA:CPU would split. Not in
+    a process on one core, where it splits no loop: there, the one loop took 0.80 of the two's
+    time (8192 int8 pairs, AMD EPYC pinned to one core)."""
     plan, dn = site.plan, site.plan.dimension_numbers
     k = len(dn.start_index_map)
     one_element = math.prod(plan.slice_sizes) == 1  # each tuple reads one element of data
     tuples = one_element and plan.tuple_indices and k > 1 and not dn.operand_batching_dims
     whole_bytes = _bits(site.dtype) >= 8  # sub-byte types are converted on the way: not counted here
-    return tuples and whole_bytes and site.components < ND_TWO_LOOPS_TUPLES * k and _fill_loop_splits(site)
+    few = site.components < ND_TWO_LOOPS_TUPLES * k
+    return tuples and whole_bytes and few and _fill_loop_splits(site) and xla_splits_loops()  # asked last
 
 
 def _fill_loop_splits(site: Site) -> bool:
@@ -339,20 +349,20 @@ def _output_bytes(plan: GatherPlan, dtype: np.dtype) -> int:
     return math.prod(plan.output_shape) * _bits(dtype) // 8
 
 
-def _lines_read(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> int:
-    """The bytes of the cache lines the gather reads: each slice is runs of contiguous elements
-    (the trailing dims it takes whole, and the next it takes part of), each run whole lines; at
-    most all of data (a line read twice is in cache the second time)."""
+def _runs_and_lines(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> tuple[int, int]:
+    """The contiguous runs of elements the gather reads (each slice is runs: the trailing dims it
+    takes whole and the next it takes part of), and the bytes of their cache lines, whole lines
+    a run; at most all of data (a line read twice is in cache the second time)."""
     run = 1
     for size, full in zip(reversed(plan.slice_sizes), reversed(shape)):
         run *= size
         if size != full:
             break
     if run == 0:
-        return 0
+        return 0, 0
     runs = math.prod(plan.output_shape) // run
     run_lines = -(-run * _bits(dtype) // (8 * CACHE_LINE))
-    return min(runs * run_lines * CACHE_LINE, math.prod(shape) * _bits(dtype) // 8)
+    return runs, min(runs * run_lines * CACHE_LINE, math.prod(shape) * _bits(dtype) // 8)
 
 
 def _index_components(plan: GatherPlan) -> int:

@@ -3,6 +3,7 @@ copies, and the copies of ours that spare it work (eager calls and a prepared mo
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,24 @@ from jax_gather.plans import GatherPlan
 # fewer than this many flops in it, and hands any other to a worker thread and waits (10-100 us
 # here; tests/test_cpu_facts.py checks it).
 INLINE_FLOPS = 1000
+
+
+@functools.cache
+def xla_splits_loops() -> bool:
+    """Whether XLA:CPU, in this process, splits a costly loop into a task per core (its parallel
+    task assignment): a fact of the cores the process may run on. With one (a one-core machine,
+    or a process pinned to one core) it compiles every loop as one task, and a lowering whose
+    reason is that split does not pay (``jax_gather._cpu``). Asked by compiling a loop of 2**16
+    int32 multiply-adds, which it splits where it has two cores or more (once a process, about
+    30 ms)."""
+    try:
+        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+        x = jax.ShapeDtypeStruct((1 << 16,), np.int32, sharding=cpu)
+        compiled = jax.jit(lambda v: v * v + v).lower(x).compile()
+    except RuntimeError:  # no CPU backend: no CPU lowering runs
+        return False
+    return "outer_dimension_partitions" in (compiled.as_text() or "")
+
 
 # Fact: JAX's CPU client aliases a C-contiguous NumPy array whose data is aligned to this many
 # bytes (NumPy aligns to 16) and copies any other: under CPU_COPIED_INLINE bytes on the calling

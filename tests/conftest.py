@@ -24,10 +24,13 @@ def pytest_configure(config):
 
 
 @pytest.fixture
-def columns_on_any_cpu(monkeypatch):
-    """The column lowerings chosen as where their fact holds (XLA:CPU widening indices in the
-    loop): for what they compute and what XLA makes of them, which do not depend on the CPU."""
+def lowerings_on_any_cpu(monkeypatch):
+    """The lowerings that rest on a fact of the CPU chosen as where it holds (XLA:CPU widening
+    indices in the loop of a column gather; splitting loops into tasks, which it does on two
+    cores or more): for what they compute and what XLA makes of them, which do not depend on
+    the CPU."""
     monkeypatch.setattr(_cpu, "xla_widens_column_indices", lambda: True)
+    monkeypatch.setattr(_cpu, "xla_splits_loops", lambda: True)
     _cpu._choose.cache_clear()
     jax.clear_caches()
     yield

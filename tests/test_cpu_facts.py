@@ -143,17 +143,19 @@ def test_a_short_lookup_stays_under_inline_flops(mode, index_dtype):
 def test_a_column_lookup_read_from_a_pad_runs_on_the_calling_thread_and_its_select_in_tasks():
     # Why short_lookup_fill_from_pad stops at SHORT_LOOKUP_MAX_LINES of cache lines: read from a
     # pad, the lookup counts under INLINE_FLOPS and runs on the calling thread, one core; with the
-    # select it counts more and runs on a worker thread, its loop split into a task per core.
+    # select it counts more and runs on a worker thread, its loop split into a task per core where
+    # XLA splits loops (two cores or more; on one, it stops sooner: SHORT_LOOKUP_MAX_LINES_ONE_CORE).
     data, ids = np.zeros((4096, 4096), np.float32), np.zeros(_cpu.SHORT_LOOKUP_INDICES, np.int32)
     plan = plans.gather_plan(data.shape, ids.shape, 1)
-    assert _cpu._lines_read(plan, data.shape, data.dtype) > _cpu.SHORT_LOOKUP_MAX_LINES
+    assert _cpu._runs_and_lines(plan, data.shape, data.dtype)[1] > _cpu.SHORT_LOOKUP_MAX_LINES
 
     def padded(d, i):
         slots = _traced_bounds.index_vectors(plan, i, clip=False, past_end=True)
         return _cpu._read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), plan)
 
     selected = jax.jit(lambda d, i: jax_gather.gather(d, i, 1)).lower(*_on_cpu(data, ids)).compile()
-    assert _flops(selected) >= _cpu_client.INLINE_FLOPS and "outer_dimension_partitions" in selected.as_text()
+    assert _flops(selected) >= _cpu_client.INLINE_FLOPS
+    assert ("outer_dimension_partitions" in selected.as_text()) == _cpu_client.xla_splits_loops()
     assert _flops(jax.jit(padded).lower(*_on_cpu(data, ids)).compile()) < _cpu_client.INLINE_FLOPS
 
 
@@ -228,10 +230,15 @@ def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
 def test_xla_splits_the_one_loop_of_a_gather_nd_fill_where_its_cost_analysis_counts_it_so():
     # Why nd_fill_in_two_loops, and where (_cpu._fill_loop_splits): XLA:CPU splits the fill's one
     # loop into a task per core wherever the count says so (exactly so over small data; over a
-    # large table XLA splits more often than it says, where the lowering is not taken).
+    # large table XLA splits more often than it says, where the lowering is not taken), in a
+    # process on two cores or more; on one it splits none, and the lowering is not taken.
     fill = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
-    counted = lambda shape, n, dtype: _cpu._fill_loop_splits(
-        _cpu.Site(plans.gather_nd_plan(shape, (n, 2)), shape, np.dtype(dtype), False, 1)
+    splits = _cpu_client.xla_splits_loops()
+    counted = lambda shape, n, dtype: (
+        splits
+        and _cpu._fill_loop_splits(
+            _cpu.Site(plans.gather_nd_plan(shape, (n, 2)), shape, np.dtype(dtype), False, 1)
+        )
     )
     with _cpu.without("nd_fill_in_two_loops"):
         for dtype in (jnp.bfloat16, jnp.float16, jnp.int8, jnp.float32):
@@ -242,9 +249,37 @@ def test_xla_splits_the_one_loop_of_a_gather_nd_fill_where_its_cost_analysis_cou
                     said = counted(shape, n, dtype)
                     assert split == said if shape == (64, 64) else split or not said, (dtype, shape, n)
     data, ids = np.zeros((64, 64), jnp.bfloat16), np.zeros((4096, 2), np.int32)
-    assert counted((64, 64), 4096, jnp.bfloat16)
-    two = _compiled_text(fill, data, ids)
-    assert _entry_ops(two) == ["fusion", "fusion"] and "outer_dimension_partitions" not in two
+    assert counted((64, 64), 4096, jnp.bfloat16) == splits
+    chosen = _compiled_text(fill, data, ids)
+    assert _entry_ops(chosen) == (["fusion", "fusion"] if splits else ["fusion"])
+    assert "outer_dimension_partitions" not in chosen
+
+
+needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux's CPU affinity")
+
+
+@needs_affinity
+def test_xla_splits_loops_where_the_process_may_run_on_two_cores_or_more():
+    assert _cpu_client.xla_splits_loops() == (len(os.sched_getaffinity(0)) > 1)
+
+
+TWO_LOOPS_SELECTED = """
+import numpy as np, jax_gather
+from jax_gather import _cpu, _cpu_client, plans
+plan = plans.gather_nd_plan((64, 64), (4096, 2))
+names = _cpu.lowering(plan, (64, 64), np.dtype(np.int8)).names
+data, ids = np.arange(64 * 64, dtype=np.int8).reshape(64, 64), np.arange(-8192, 8192, 2).reshape(-1, 2) % 80
+out = np.asarray(jax_gather.gather_nd(data, ids, mode="fill", fill_value=5))
+inside = (ids < 64).all(axis=1)
+assert (out[inside] == data[ids[inside, 0], ids[inside, 1]]).all() and (out[~inside] == 5).all()
+print(_cpu_client.xla_splits_loops(), "nd_fill_in_two_loops" in names)
+"""
+
+
+@needs_cpu_lowerings
+@needs_affinity
+def test_the_two_loop_fill_is_not_chosen_in_a_process_on_one_core():
+    assert _in_a_process_with("", TWO_LOOPS_SELECTED, one_core=True) == "False False"
 
 
 # ---- batched_nd_fill_from_pad, short_lookup_fill_from_pad ---------------------------------------
@@ -274,7 +309,7 @@ ids, tuples = lambda n: np.zeros(n, np.int32), lambda *shape: np.zeros((*shape, 
         ("columns", lambda d, i: jax_gather.gather(d, i, 1), (64, 2048), ids(1000)),
     ],
 )
-def test_xla_fuses_the_pad_into_the_gather(name, fn, data_shape, indices, columns_on_any_cpu):
+def test_xla_fuses_the_pad_into_the_gather(name, fn, data_shape, indices, lowerings_on_any_cpu):
     # The pad is cheaper than the select only because XLA never materialises the padded data.
     dtype = jnp.int8 if name == "columns" else jnp.float32  # columns of 1- and 2-byte data
     text = _compiled_text(fn, jnp.zeros(data_shape, dtype), indices)
@@ -339,8 +374,11 @@ def test_xla_widens_32_bit_indices_in_the_loop_of_a_column_gather_where_the_libr
     assert _cpu_columns.WIDENED_INDICES.pattern == WIDENED
 
 
-def _in_a_process_with(xla_flags: str, code: str) -> str:
+def _in_a_process_with(xla_flags: str, code: str, one_core: bool = False) -> str:
+    """What ``code`` prints in a fresh process with these XLA flags (and pinned to one core)."""
     env = dict(os.environ, XLA_FLAGS=xla_flags, JAX_PLATFORMS="cpu")
+    if one_core:  # before JAX starts its threads
+        code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n" + code
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     return run.stdout.strip()
@@ -373,7 +411,7 @@ def test_the_column_lowerings_are_chosen_where_xla_widens_indices():
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("mode", ["promise_in_bounds", "clip", "checked", "fill"])
-def test_xla_keeps_a_reduce_window_out_of_the_gathers_loop(mode, columns_on_any_cpu):
+def test_xla_keeps_a_reduce_window_out_of_the_gathers_loop(mode, lowerings_on_any_cpu):
     text = _compiled_text(columns(mode), COLUMN_DATA, COLUMN_IDS)
     gather = _computation_with(text, "gather")
     signature = gather.strip().split("\n")[0]  # the gather's loop reads the uint64 indices
@@ -475,13 +513,13 @@ def _split_into_tasks(fn, *args) -> bool:
 def test_a_promise_of_a_small_element_gather_is_not_split_into_tasks():
     # Why the clamp is left out below _traced_bounds._SPLIT_ANYWAY_BYTES of output: its two flops per
     # component take an int8 element gather past one flop per byte, and XLA:CPU splits such a
-    # loop into a task per core (what jnp's program of the same gather is not).
+    # loop into a task per core where it splits loops (what jnp's program of the same gather is not).
     data, tuples = np.zeros((64, 64), np.int8), make_tuples(8192)
     plan = plans.gather_nd_plan(data.shape, tuples.shape)
     clamped = lambda d, i: _lowering.direct(d, _traced_bounds.index_vectors(plan, i, clip=False), plan)
     ours = lambda d, i: jax_gather.gather_nd(d, i, mode="promise_in_bounds")
     theirs = lambda d, i: d.at[i[:, 0], i[:, 1]].get(mode="promise_in_bounds")
-    assert _split_into_tasks(clamped, data, tuples), "XLA no longer splits the clamped loop"
+    assert _split_into_tasks(clamped, data, tuples) == _cpu_client.xla_splits_loops()
     assert not _split_into_tasks(ours, data, tuples) and not _split_into_tasks(theirs, data, tuples)
     assert not _traced_bounds.clamp_pays(plan, tuples, data.dtype)
     assert _traced_bounds.clamp_pays(

@@ -41,6 +41,8 @@ R = _cpu.SHORT_ROWS_MIN_BYTES // 64
 # The column lowerings are chosen only where XLA widens indices in the loop (a fact of the CPU).
 WIDENS = _cpu.xla_widens_column_indices()
 COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
+# The two-loop fill only where XLA splits loops into tasks (a process on two cores or more).
+SPLIT = {TWO_LOOPS} if _cpu.xla_splits_loops() else set()
 
 # (data shape, dtype, plan, the lowerings it takes on one CPU device)
 # fmt: off
@@ -104,7 +106,7 @@ SELECTIONS = [
     ((4, 5, 6), jnp.int4, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR}),  # XLA widens all
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, T // 20 + 1, 2), 2),
      {LINEAR, ND_LINEAR}),
-    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (T, 3), 0), {LINEAR, TWO_LOOPS}),  # no batch dims
+    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (T, 3), 0), {LINEAR, *SPLIT}),  # no batch dims
     ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), {LINEAR}),
     ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (5, 40), 1), {LINEAR}),
     ((40,), np.float32, plans.gather_plan((40,), (9,), 0), set()),  # one dim already
@@ -116,22 +118,16 @@ SELECTIONS = [
     ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2, 2), 0), {LOOKUP_PAD}),
     ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2 + 1, 2), 0), set()),
     ((100, 8), ml_dtypes.bfloat16, plans.gather_plan((100, 8), (7,), 0), set()),
-    # Not where the lookup reads more than SHORT_LOOKUP_MAX_LINES (16 MiB) of cache lines: columns
-    # of a 4096x4096 table, each element on a line of its own, by 128 ids (32 MiB), or rows of
-    # 32 MiB; 64 ids, or a table of 16 MiB in all, keep the pad.
+    # (How much a short lookup may read from a pad: test_a_short_lookup_reads_a_pad_up_to_...)
     ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S,), 1), {MOVED}),
-    ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S // 2,), 1), {MOVED, LOOKUP_PAD}),
-    ((4096, 4096), np.int8, plans.gather_plan((4096, 4096), (S,), 1), {MOVED, LOOKUP_PAD}),
-    ((256, 65536), np.float32, plans.gather_plan((256, 65536), (S,), 0), set()),
-    ((512, 65536), np.float32, plans.gather_plan((512, 65536), (S // 2,), 0), {LOOKUP_PAD}),
     # GatherND of one element per index tuple, without batch dims, whose one loop of the fill
     # XLA:CPU would split (by its cost analysis), below N2 tuples: its fill in two loops.
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (4096, 2)), {TWO_LOOPS}),
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2 - 1, 2)), {TWO_LOOPS}),
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (4096, 2)), SPLIT),
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2 - 1, 2)), SPLIT),
     ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2, 2)), set()),  # split pays
     ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (512, 2)), set()),  # not split
     ((64, 64, 1), np.float32, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # data's bytes: not split
-    ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (4096, 2)), {LINEAR, TWO_LOOPS}),
+    ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (4096, 2)), {LINEAR, *SPLIT}),
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (2048, 2)), {LINEAR}),
     ((64, 64, 1), jnp.int4, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # converted to bytes
     ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), set()),  # rows
@@ -143,6 +139,38 @@ SELECTIONS = [
 @pytest.mark.parametrize("shape, dtype, plan, expected", SELECTIONS)
 def test_which_plans_take_which_lowering(shape, dtype, plan, expected):
     assert _cpu.lowering(plan, shape, dtype).names == (expected if ON else set())
+
+
+# (data shape, dtype, plan, read from a pad where XLA splits loops, and on one core)
+# fmt: off
+LOOKUP_LIMITS = [
+    # Columns of a 4096x4096 table, each element on a line of its own: 32 ids read 8 MiB of lines
+    # in 131072 runs (one per element), 64 ids 16 MiB, and int8 all of its 16 MiB.
+    ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S // 4,), 1), True, False),
+    ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S // 2,), 1), False, False),
+    ((4096, 4096), np.int8, plans.gather_plan((4096, 4096), (S,), 1), False, False),
+    ((512, 1024), np.int8, plans.gather_plan((512, 1024), (S,), 1), True, True),  # 64Ki runs, 512 KiB
+    ((1024, 1024), np.int8, plans.gather_plan((1024, 1024), (S,), 1), True, False),  # 128Ki runs, 1 MiB
+    ((8192, 4096), np.float32, plans.gather_plan((8192, 4096), (S,), 0), True, True),  # 128 rows: 2 MiB
+    ((8192, 8192), np.float32, plans.gather_plan((8192, 8192), (S,), 0), True, False),  # 128 rows: 4 MiB
+    ((512, 65536), np.float32, plans.gather_plan((512, 65536), (S // 4,), 0), True, False),  # 8 MiB
+    ((256, 65536), np.float32, plans.gather_plan((256, 65536), (S // 2,), 0), False, False),  # 16 MiB
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("splits", [True, False], ids=["tasks", "one core"])
+@pytest.mark.parametrize("shape, dtype, plan, where_split, on_one_core", LOOKUP_LIMITS)
+def test_a_short_lookup_reads_a_pad_up_to_what_its_one_core_reads_faster(
+    monkeypatch, splits, shape, dtype, plan, where_split, on_one_core
+):
+    monkeypatch.setattr(_cpu, "xla_splits_loops", lambda: splits)
+    _cpu._choose.cache_clear()
+    try:
+        padded = LOOKUP_PAD in _cpu.lowering(plan, shape, dtype).names
+    finally:
+        _cpu._choose.cache_clear()
+    assert padded == (ON and (where_split if splits else on_one_core))
 
 
 def test_int64_linear_offsets_need_x64():
@@ -249,7 +277,7 @@ def test_only_the_cpu_program_reads_the_fill_from_a_pad(fn, data, indices, reque
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("name", _cpu.LOWERINGS)
-def test_without_a_lowering_the_library_computes_the_same_by_another_program(name, columns_on_any_cpu):
+def test_without_a_lowering_the_library_computes_the_same_by_another_program(name, lowerings_on_any_cpu):
     rng = np.random.default_rng(11)
     data, indices, fn = {
         ROWS: ((50, 32), make_wild_indices((R // 2,), 50, np.int32, 1),
@@ -357,7 +385,7 @@ FILL_CASES = [
     "dtype, fill, expected_fill", FILL_CASES, ids=lambda v: str(v) if not isinstance(v, type) else ""
 )
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_fill_matches_the_reference_in_every_direction(dtype, fill, expected_fill, jit):
+def test_fill_matches_the_reference_in_every_direction(dtype, fill, expected_fill, jit, lowerings_on_any_cpu):
     # GatherND elements (a pad of data on CPU, or two loops), short row lookups of each op (a
     # pad of data), element gathers that select; every kind of out-of-bounds index.
     wide = np.dtype(dtype).itemsize == 8
@@ -403,7 +431,7 @@ COLUMN_INDEX_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint
 
 @pytest.mark.parametrize("dtype", COLUMN_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_columns_are_bit_exact_in_every_mode(dtype, jit, columns_on_any_cpu):
+def test_columns_are_bit_exact_in_every_mode(dtype, jit, lowerings_on_any_cpu):
     # Along the last axis from COLUMN_ROWS rows and COLUMNS_MIN_BYTES of output: written-out
     # indices, and "fill" (and traced "checked") from a pad; every kind of out-of-bounds index,
     # data of random bytes.
@@ -426,7 +454,7 @@ def test_columns_are_bit_exact_in_every_mode(dtype, jit, columns_on_any_cpu):
 
 @pytest.mark.parametrize("index_dtype", COLUMN_INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("mode", ["clip", "fill", "checked"])
-def test_columns_read_every_index_dtype(index_dtype, mode, columns_on_any_cpu):
+def test_columns_read_every_index_dtype(index_dtype, mode, lowerings_on_any_cpu):
     # Jitted, so "checked" gives the "fill" result for out-of-bounds indices (checkify aside).
     with enable_x64(np.dtype(index_dtype).itemsize == 8):
         data = np.arange(ROWS_PER_INDEX * 300, dtype=np.int16).reshape(ROWS_PER_INDEX, 300)
@@ -440,7 +468,7 @@ def test_columns_read_every_index_dtype(index_dtype, mode, columns_on_any_cpu):
         _assert_same_bits(out, reference.gather(data, indices, 1, mode=ref_mode, fill=-1))
 
 
-def test_columns_under_vmap_and_checkify(columns_on_any_cpu):
+def test_columns_under_vmap_and_checkify(lowerings_on_any_cpu):
     rng = np.random.default_rng(3)
     data = rng.standard_normal((3, ROWS_PER_INDEX, 50)).astype(np.float16)
     indices = make_indices((3, S + 1), 50, np.int32, seed=4)
@@ -460,7 +488,7 @@ def test_columns_under_vmap_and_checkify(columns_on_any_cpu):
 
 
 @pytest.mark.parametrize("mode", ["checked", "fill", "clip"])
-def test_columns_inside_shard_map_on_this_one_device(mode, columns_on_any_cpu):
+def test_columns_inside_shard_map_on_this_one_device(mode, lowerings_on_any_cpu):
     # The lowering's primitive takes the mesh axes its operands vary over, as jax.lax's ops do.
     from jax.sharding import Mesh, PartitionSpec
 
