@@ -53,10 +53,9 @@ def main(args: Any) -> int:
         )
     )
     machine = describe_machine()
-    print(
-        f"machine: {machine['processor']}, {machine['cpu_count']} cores; JAX {machine['jax']} "
-        f"on {machine['backend']}"
-    )
+    cores, usable = f"{machine['cpu_count']} cores", machine["usable_cores"]
+    cores += f" ({usable} usable)" if usable != machine["cpu_count"] else ""
+    print(f"machine: {machine['processor']}, {cores}; JAX {machine['jax']} on {machine['backend']}")
     if getattr(args, "grid", False):
         return _main_grid(args, machine, sync)
     settle = SETTLE_S if getattr(args, "settle_ms", None) is None else args.settle_ms / 1e3
