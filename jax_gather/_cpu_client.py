@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -23,18 +24,13 @@ INLINE_FLOPS = 1000
 @functools.cache
 def xla_splits_loops() -> bool:
     """Whether XLA:CPU, in this process, splits a costly loop into a task per core (its parallel
-    task assignment): a fact of the cores the process may run on. With one (a one-core machine,
-    or a process pinned to one core) it compiles every loop as one task, and a lowering whose
-    reason is that split does not pay (``jax_gather._cpu``). Asked by compiling a loop of 2**16
-    int32 multiply-adds, which it splits where it has two cores or more (once a process, about
-    30 ms)."""
-    try:
-        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-        x = jax.ShapeDtypeStruct((1 << 16,), np.int32, sharding=cpu)
-        compiled = jax.jit(lambda v: v * v + v).lower(x).compile()
-    except RuntimeError:  # no CPU backend: no CPU lowering runs
-        return False
-    return "outer_dimension_partitions" in (compiled.as_text() or "")
+    task assignment): where the process may run on two cores or more. Fact: XLA sizes the split
+    by the cores the process may be scheduled on (its CPU affinity), so on a one-core machine, or
+    in a process pinned to one core (``taskset -c 0``, a container's cpuset) it compiles every
+    loop as one task, and a lowering whose reason is that split does not pay there
+    (``jax_gather._cpu``; tests/test_cpu_facts.py checks the fact both ways)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cores or 1) > 1
 
 
 # Fact: JAX's CPU client aliases a C-contiguous NumPy array whose data is aligned to this many

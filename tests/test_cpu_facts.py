@@ -258,14 +258,21 @@ def test_xla_splits_the_one_loop_of_a_gather_nd_fill_where_its_cost_analysis_cou
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux's CPU affinity")
 
 
+def _splits_a_costly_loop() -> bool:
+    """Whether XLA:CPU splits a loop of 2**16 int32 multiply-adds into tasks."""
+    return _split_into_tasks(lambda v: v * v + v, np.zeros(1 << 16, np.int32))
+
+
 @needs_affinity
 def test_xla_splits_loops_where_the_process_may_run_on_two_cores_or_more():
-    assert _cpu_client.xla_splits_loops() == (len(os.sched_getaffinity(0)) > 1)
+    assert _splits_a_costly_loop() == _cpu_client.xla_splits_loops() == (len(os.sched_getaffinity(0)) > 1)
 
 
 TWO_LOOPS_SELECTED = """
-import numpy as np, jax_gather
+import numpy as np, jax, jax_gather
 from jax_gather import _cpu, _cpu_client, plans
+compiled = jax.jit(lambda v: v * v + v).lower(np.zeros(1 << 16, np.int32)).compile().as_text()
+assert "outer_dimension_partitions" not in compiled, "XLA split a loop on one core"
 plan = plans.gather_nd_plan((64, 64), (4096, 2))
 names = _cpu.lowering(plan, (64, 64), np.dtype(np.int8)).names
 data, ids = np.arange(64 * 64, dtype=np.int8).reshape(64, 64), np.arange(-8192, 8192, 2).reshape(-1, 2) % 80
