@@ -84,13 +84,13 @@ COLUMNS_MIN_BYTES = 8 << 10
 BATCHED_ND_LINEAR_TUPLES = 2048
 # Fact: XLA:CPU, on two cores or more (xla_splits_loops), splits a loop into a task per core
 # where XLA's cost analysis counts more flops than bytes and flops + 10 bytes reach SPLIT_COST;
-# the one loop of a GatherND's fill counts 7 flops per index component, 3 more per element for the floats it
-# selects as bits (and 1 per data element, converted), and as bytes its int32 indices, output and
-# data (tests/test_cpu_facts.py checks the count against XLA's). Split, it waits on the other
-# core; the slots written out leave two loops, each counted as bytes, on one thread. Measured (AMD
-# EPYC, jnp's "fill" 21-23 µs): 4096 bfloat16 pairs 39-53 µs in one split loop, 21-28 in two; 8192
-# int8 pairs 38-46 and 22-28. From 16384 pairs the split loop was level or faster (bfloat16: 39
-# against 80 µs; int8: 39 against 45).
+# the one loop of a GatherND's fill counts 7 flops per index component, 3 more per element for
+# the floats it selects as bits (and 1 per data element, converted), and as bytes its int32
+# indices, output and data (tests/test_cpu_facts.py checks the count against XLA's). Split, it
+# waits on the other core; the slots written out leave two loops, each counted as bytes, on one
+# thread. Measured (AMD EPYC, jnp's "fill" 21-23 µs): 4096 bfloat16 pairs 39-53 µs in one split
+# loop, 21-28 in two; 8192 int8 pairs 38-46 and 22-28. From 16384 pairs the split loop was level
+# or faster (bfloat16: 39 against 80 µs; int8: 39 against 45).
 SPLIT_COST = 200000
 ND_TWO_LOOPS_TUPLES = 16384
 
@@ -222,15 +222,15 @@ def _reads_little(site: Site) -> bool:
 def _nd_two_loops(site: Site) -> bool:
     """A GatherND of one element per index tuple (of two components or more) without batch dims,
     of fewer than ND_TWO_LOOPS_TUPLES tuples, whose fill in one loop XLA:CPU would split. Not in
-    a process on one core, where it splits no loop: there, the one loop took 0.80 of the two's
-    time (8192 int8 pairs, AMD EPYC pinned to one core)."""
+    a process on one core, where it splits no loop: there, the one loop took 0.74-0.80 of the
+    two's time (8192 int8 pairs, AMD EPYC pinned to one core)."""
     plan, dn = site.plan, site.plan.dimension_numbers
     k = len(dn.start_index_map)
     one_element = math.prod(plan.slice_sizes) == 1  # each tuple reads one element of data
     tuples = one_element and plan.tuple_indices and k > 1 and not dn.operand_batching_dims
     whole_bytes = _bits(site.dtype) >= 8  # sub-byte types are converted on the way: not counted here
     few = site.components < ND_TWO_LOOPS_TUPLES * k
-    return tuples and whole_bytes and few and _fill_loop_splits(site) and xla_splits_loops()  # asked last
+    return tuples and whole_bytes and few and _fill_loop_splits(site) and xla_splits_loops()
 
 
 def _fill_loop_splits(site: Site) -> bool:

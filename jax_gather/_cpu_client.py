@@ -29,8 +29,13 @@ def xla_splits_loops() -> bool:
     in a process pinned to one core (``taskset -c 0``, a container's cpuset) it compiles every
     loop as one task, and a lowering whose reason is that split does not pay there
     (``jax_gather._cpu``; tests/test_cpu_facts.py checks the fact both ways)."""
+    return usable_cores() > 1
+
+
+def usable_cores() -> int:
+    """The cores this process may be scheduled on: its CPU affinity where the OS has one."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (cores or 1) > 1
+    return cores or 1
 
 
 # Fact: JAX's CPU client aliases a C-contiguous NumPy array whose data is aligned to this many

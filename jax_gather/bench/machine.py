@@ -13,14 +13,15 @@ def describe_machine() -> dict[str, Any]:
 
     import jax
 
+    from jax_gather._cpu_client import usable_cores
+
     return {
         "python": platform.python_version(),
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
         "cpu_count": os.cpu_count(),
-        # the cores this process may run on (taskset, a container's cpuset): XLA's tasks per loop
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "usable_cores": usable_cores(),  # taskset, a container's cpuset: XLA's tasks per loop
         "machine": platform.machine(),
         "processor": _cpu_model() or platform.processor() or platform.machine(),
         "vector_extensions": _vector_extensions(),
