@@ -158,13 +158,13 @@ class Program:
         # (split_for_cpu), else sent before the tests, so that the client's copy overlaps
         # them, as it does JAX's own conversion of int64 inputs in a jitted call.
         kept = tuple(i for i in aligned if i not in replaced_inputs)
-        send = bool(checks)
         device = self._device
+        send_to = device if checks else None
 
         def tested_run(values: tuple) -> Any:
             extra: list[np.ndarray] = []
             arguments = list(values)
-            split, tails = _placed(arguments, kept, device if send else None)
+            split, tails = _placed(arguments, kept, send_to)
             for position, test, plan, replaced in checks:
                 indices = values[position]
                 if plan is None:
