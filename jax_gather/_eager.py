@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_gather._arguments import Mode
+from jax_gather._arguments import Mode, under_a_trace
 from jax_gather._cpu_client import INT32_MAX, aligned_for_cpu, on_host
 from jax_gather._host_bounds import (
     Verdict,
@@ -201,7 +201,10 @@ def _transfers_allowed() -> bool:
 
 
 def _checked_on_device(plan: GatherPlan, programs: Callable[[Mode], Call], data: Any, indices: Any) -> Any:
-    with jax.ensure_compile_time_eval():  # concrete indices, even where a trace is open around
+    if under_a_trace():  # concrete indices in a trace open around: judged now all the same
+        with jax.ensure_compile_time_eval():
+            verdict = Verdict(int(_verdict_on_device(indices, plan=plan)))
+    else:  # not always under compile-time eval: there the sizes' constants are host-to-device transfers
         verdict = Verdict(int(_verdict_on_device(indices, plan=plan)))  # the one scalar back
     if verdict is Verdict.OUT_OF_BOUNDS:
         # Failing anyway: now the indices come to the host, to name the first bad one.

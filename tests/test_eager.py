@@ -132,6 +132,22 @@ def test_the_remembered_calls_are_bounded(monkeypatch):
 
 
 @pytest.mark.parametrize("name", OPS)
+def test_the_checked_mode_judged_on_the_device_makes_no_host_to_device_transfer(name):
+    # The reduction's constants (the axis sizes) are in its program, not sent on every call.
+    _, plan_fn, ref, shape, attr = OPS[name]
+    data = jnp.asarray(make_data(shape, np.float32, 0))
+    for values in ([0, 1], [-1, 2]):
+        indices = _indices(name, values)
+        plan = plan_fn(shape, indices.shape, attr)
+        call = functools.partial(_eager._checked_on_device, plan, ops._programs(plan, None))
+        on_device = jnp.asarray(indices)
+        jax.clear_caches()  # the first call too, which compiles the reduction
+        with jax.transfer_guard_host_to_device("disallow"):
+            out = call(data, on_device)
+        np.testing.assert_array_equal(out, ref(np.asarray(data), indices, attr))
+
+
+@pytest.mark.parametrize("name", OPS)
 def test_the_checked_mode_judged_on_the_device(name):
     # What an eager call does where its indices are not on the host (an accelerator): one
     # reduction there, one scalar back, and the host copy only for the error.
@@ -151,7 +167,11 @@ def test_the_checked_mode_judged_on_the_device(name):
 
 
 def test_where_indices_live_decides_where_they_are_judged():
-    assert _cpu_client.on_host(np.zeros(2, np.int32)) and _cpu_client.on_host(jnp.zeros(2, jnp.int32))
+    assert _cpu_client.on_host(np.zeros(2, np.int32))
+    assert _cpu_client.on_host(jax.device_put(np.zeros(2, np.int32), jax.devices("cpu")[0]))
+    for device in jax.devices():  # an accelerator's memory, where this process has one
+        if device.platform != "cpu":
+            assert not _cpu_client.on_host(jax.device_put(np.zeros(2, np.int32), device))
 
 
 @pytest.mark.parametrize("size", [_host_bounds.NORMALISED_ON_HOST, _host_bounds.NORMALISED_ON_HOST + 1])
@@ -183,19 +203,20 @@ def test_the_first_call_with_jax_arrays_is_remembered(monkeypatch):
 def test_negative_indices_of_a_cpu_array_are_normalised_on_the_host_unless_transfers_are_guarded():
     # Normalised on the host, they reuse the program of indices in [0, s-1] (no flops: run on
     # the calling thread); under a transfer guard the program normalises them, as jnp's would.
-    data = jnp.asarray(make_data((1000, 4), np.float32, 0))
-    ids = np.random.default_rng(0).integers(-1000, 1000, 2000)
-    expected = reference.gather(np.asarray(data), ids, 0)
-    np.testing.assert_array_equal(
-        jax_gather.gather(data, jnp.asarray(ids % 1000)), np.asarray(data)[ids % 1000]
-    )
-    with counting_compiles() as count:
-        np.testing.assert_array_equal(jax_gather.gather(data, jnp.asarray(ids)), expected)
-    assert count[0] == 0
-    on_device = jnp.asarray(ids)
-    with jax.transfer_guard_host_to_device("disallow"), counting_compiles() as count:
-        np.testing.assert_array_equal(jax_gather.gather(data, on_device), expected)
-    assert count[0] >= 1  # the normalising program
+    with jax.default_device(jax.devices("cpu")[0]):  # CPU arrays, also beside an accelerator
+        data = jnp.asarray(make_data((1000, 4), np.float32, 0))
+        ids = np.random.default_rng(0).integers(-1000, 1000, 2000)
+        expected = reference.gather(np.asarray(data), ids, 0)
+        np.testing.assert_array_equal(
+            jax_gather.gather(data, jnp.asarray(ids % 1000)), np.asarray(data)[ids % 1000]
+        )
+        with counting_compiles() as count:
+            np.testing.assert_array_equal(jax_gather.gather(data, jnp.asarray(ids)), expected)
+        assert count[0] == 0
+        on_device = jnp.asarray(ids)
+        with jax.transfer_guard_host_to_device("disallow"), counting_compiles() as count:
+            np.testing.assert_array_equal(jax_gather.gather(data, on_device), expected)
+        assert count[0] >= 1  # the normalising program
 
 
 def test_in_range_indices_are_gathered_with_no_index_arithmetic():

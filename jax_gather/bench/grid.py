@@ -184,6 +184,7 @@ def run_cell(cell: Cell, rounds: int, settle: float) -> dict[str, Any]:
     times = paired_rounds(calls, rounds, reps, settle)
     row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps}
     row["jnp_s"] = {m: float(np.median(times[f"jnp {m}"])) for m in MODES}
+    row["ours_s"] = {m: float(np.median(times[f"ours {m}"])) for m in MODES}
     row["aa"], row["aa_interval"] = paired(times[f"ours {MODES[0]}"], times[AGAIN])
     for m in MODES:
         row[m], row[f"{m}_interval"] = paired(times[f"ours {m}"], times[f"jnp {m}"])
