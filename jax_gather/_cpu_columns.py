@@ -55,9 +55,6 @@ WIDENED_INDICES = re.compile(r"zext (nneg )?<\d+ x i32> %\S+ to <\d+ x i64>")
 def xla_widens_column_indices() -> bool:
     """Whether XLA:CPU, for this process's CPU and flags, widens 32-bit indices to 64 bits in
     the vector loop of a column gather (what the column lowerings rest on)."""
-    import glob
-    import tempfile
-
     plan = gather_plan((64, 4096), (1024,), 1)
     column_gather = lambda d, i: direct(d, jnp.minimum(i, 4095)[..., None], plan)
     try:
@@ -66,12 +63,28 @@ def xla_widens_column_indices() -> bool:
             jax.ShapeDtypeStruct(s, t, sharding=cpu)
             for s, t in (((64, 4096), jnp.int8), ((1024,), jnp.int32))
         ]
-        with tempfile.TemporaryDirectory() as tmp:
-            jax.jit(column_gather).lower(*args).compile(compiler_options={"xla_dump_to": tmp})
-            irs = [open(path).read() for path in glob.glob(f"{tmp}/*ir-with-opt.ll")]
-    except Exception:  # no CPU backend, or a JAX that cannot dump its IR: the fact unknown
+        irs = kernel_irs(jax.jit(column_gather).lower(*args))
+    except Exception:  # no CPU backend: the fact unknown
         return False
     return any(WIDENED_INDICES.search(ir) for ir in irs)
+
+
+def kernel_irs(lowered: Any) -> list[str]:
+    """The LLVM IR, after LLVM's optimisations, of each kernel XLA:CPU compiles for ``lowered``
+    (empty where this JAX cannot dump it). XLA dumps it with the program where asked to; from
+    JAX 0.11 only for the emitters that ``xla_dump_emitter_re`` names, an option JAX before 0.5
+    may not know."""
+    import glob
+    import tempfile
+
+    for extra in ({"xla_dump_emitter_re": ".*"}, {}):
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                lowered.compile(compiler_options={"xla_dump_to": tmp, **extra})
+            except Exception:
+                continue
+            return [open(path).read() for path in sorted(glob.glob(f"{tmp}/*ir-with-opt.ll"))]
+    return []
 
 
 def reads_columns(shape: tuple, plan: GatherPlan) -> bool:

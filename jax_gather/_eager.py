@@ -148,7 +148,7 @@ def make_call(
 
         return call
     if not on_host(indices):
-        return functools.partial(_checked_on_device, plan, programs)
+        return checked_on_device(plan, programs)
     in_range, promise = programs(Mode.IN_RANGE), programs(Mode.PROMISE_IN_BOUNDS)
     test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
     # In [0, s-1], 64-bit host indices convert exactly to the int32 of x64 off, unless an axis
@@ -200,16 +200,33 @@ def _transfers_allowed() -> bool:
     return jax.config.jax_transfer_guard_host_to_device in (None, "allow")  # type: ignore[attr-defined]
 
 
-def _checked_on_device(plan: GatherPlan, programs: Callable[[Mode], Call], data: Any, indices: Any) -> Any:
-    if under_a_trace():  # concrete indices in a trace open around: judged now all the same
-        with jax.ensure_compile_time_eval():
-            verdict = Verdict(int(_verdict_on_device(indices, plan=plan)))
-    else:  # not always under compile-time eval: there the sizes' constants are host-to-device transfers
-        verdict = Verdict(int(_verdict_on_device(indices, plan=plan)))  # the one scalar back
-    if verdict is Verdict.OUT_OF_BOUNDS:
-        # Failing anyway: now the indices come to the host, to name the first bad one.
-        raise_if_out_of_bounds(plan, np.asarray(indices))
-    return programs(Mode.IN_RANGE if verdict is Verdict.IN_RANGE else Mode.PROMISE_IN_BOUNDS)(data, indices)
+def checked_on_device(plan: GatherPlan, programs: Callable[[Mode], Call]) -> Call:
+    """The checked mode's eager call for indices that are not on the host (an accelerator's):
+    one program that gathers them as a promise would (negative ones normalised) and judges them
+    (:class:`Verdict`, by one reduction), then the one scalar back; out of bounds, the result
+    is dropped and the indices come to the host, to name the first bad one. One dispatch, as
+    ``jnp.take``'s eager call: on an H200, judging first and gathering after took two and cost
+    4.2-4.3x ``jnp.take``'s 80 µs."""
+    promise = programs(Mode.PROMISE_IN_BOUNDS)
+    gathered_and_judged = jax.jit(lambda d, i: (promise(d, i), _verdict_on_device(i, plan=plan)))
+
+    def call(data: Any, indices: Any) -> Any:
+        result = None
+        if under_a_trace():  # concrete indices in a trace open around: judged now all the same
+            with jax.ensure_compile_time_eval():
+                verdict = Verdict(int(_verdict_on_device(indices, plan=plan)))
+        else:
+            result, judged = gathered_and_judged(data, indices)
+            verdict = Verdict(int(judged))
+        if verdict is Verdict.OUT_OF_BOUNDS:
+            raise_if_out_of_bounds(plan, np.asarray(indices))
+        if result is None:  # the gather staged into the trace around
+            return programs(Mode.IN_RANGE if verdict is Verdict.IN_RANGE else Mode.PROMISE_IN_BOUNDS)(
+                data, indices
+            )
+        return result
+
+    return call
 
 
 def _narrowed(indices: Any) -> Any:

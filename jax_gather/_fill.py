@@ -236,19 +236,67 @@ def _traced_fits(value: jax.Array, dtype: np.dtype) -> jax.Array | None:
 def select_exact(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
     """``jnp.where(mask, on_true, on_false)`` that keeps every bit of the values it selects.
 
-    XLA:CPU computes a bfloat16 select in float32, and a select of the float8 types in float16,
-    which rewrites NaN payloads (float8_e3m4, e4m3 and e5m2 have several NaNs); for every float
-    type other than float16, 32 and 64 the bit patterns are selected instead (a same-width
-    bitcast is free). float4_e2m1fn has no NaN to rewrite."""
-    if not selected_as_bits(np.dtype(on_true.dtype)):
+    XLA computes a select of some float types in a wider one, which rewrites NaN payloads
+    (XLA:CPU: bfloat16 in float32 before JAX 0.11, the float8 types with several NaNs in
+    float16); for every float type other than float16, 32 and 64 the bit patterns are selected
+    instead (a same-width bitcast is free to run, but XLA's cost analysis counts it: 2 flops an
+    element more, which can take a short program to JAX's worker thread), except on a CPU
+    whose XLA selects the type as it is (:func:`xla_cpu_converts_select`). float4_e2m1fn has
+    no NaN to rewrite."""
+    dtype = np.dtype(on_true.dtype)
+    if not _has_nan_payloads(dtype):
         return jnp.where(mask, on_true, on_false)
-    return _select_bits(mask, on_true, on_false)
+    if xla_cpu_converts_select(dtype):
+        return _select_bits(mask, on_true, on_false)
+    return lax.platform_dependent(mask, on_true, on_false, cpu=jnp.where, default=_select_bits)
+
+
+def selected_as_bits(dtype: np.dtype) -> bool:
+    """Whether a select of ``dtype`` on the CPU is one of bit patterns (see select_exact)."""
+    return _has_nan_payloads(dtype) and xla_cpu_converts_select(dtype)
 
 
 @functools.lru_cache(maxsize=64)
-def selected_as_bits(dtype: np.dtype) -> bool:
+def _has_nan_payloads(dtype: np.dtype) -> bool:
     native = (np.float16, np.float32, np.float64)
     return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype not in native and _float_type(dtype).has_nan
+
+
+@functools.lru_cache(maxsize=64)
+def xla_cpu_converts_select(dtype: np.dtype) -> bool:
+    """Whether XLA:CPU, in this JAX, computes a select of ``dtype`` in a wider type: asked once
+    per process and type by compiling one (a few ms); true where no CPU backend answers."""
+    try:
+        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+        args = [jax.ShapeDtypeStruct((2,), t, sharding=cpu) for t in (np.bool_, dtype)]
+        text = jax.jit(lambda m, x: jnp.where(m, x, x[::-1])).lower(*args).compile().as_text()
+    except Exception:  # no CPU backend
+        return True
+    return "convert(" in (text or "")
+
+
+def gathered_as_bits(dtype: np.dtype) -> bool:
+    """Whether a gather of ``dtype`` is made on its bit patterns: a float type with NaN payloads
+    that XLA:CPU gathers through a wider type and back, rewriting them (the float8 types with
+    several NaNs from JAX 0.11: float16 and back)."""
+    return _has_nan_payloads(dtype) and not _xla_cpu_gathers_exactly(dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _xla_cpu_gathers_exactly(dtype: np.dtype) -> bool:
+    """Whether XLA:CPU, in this JAX, gathers every bit pattern of ``dtype`` as it is: asked once
+    per process and type by gathering them all (a few ms); true where no CPU backend answers."""
+    width = np.dtype(f"uint{8 * dtype.itemsize}")
+    patterns = np.arange(2 ** (8 * dtype.itemsize), dtype=width)
+    try:
+        cpu = jax.devices("cpu")[0]
+        with jax.ensure_compile_time_eval():  # run now, also while a trace is open
+            data = jax.device_put(patterns.view(dtype), cpu)
+            ids = jax.device_put(patterns[::-1].astype(np.int32), cpu)
+            out = jax.device_get(jax.jit(lambda d, i: d[i])(data, ids))
+    except RuntimeError:  # no CPU backend
+        return True
+    return bool((out.view(width) == patterns[::-1]).all())
 
 
 @jax.custom_jvp

@@ -17,9 +17,11 @@ import functools
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from jax_gather._fill import select_exact
+from jax_gather._fill import gathered_as_bits, select_exact
 from jax_gather._traced_bounds import in_range_vectors, index_vectors
 from jax_gather.plans import GatherPlan
 
@@ -31,8 +33,25 @@ FillFn = Callable[[jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
 
 def direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     """The plan's ``lax.gather`` on in-bounds index vectors: the generic lowering's, and what
-    each CPU lowering ends in, on its own data and indices."""
+    each CPU lowering ends in, on its own data and indices. On bit patterns where XLA would
+    rewrite NaN payloads (:func:`jax_gather._fill.gathered_as_bits`)."""
+    if gathered_as_bits(np.dtype(data.dtype)):
+        return _direct_on_bits(data, idx, plan)
     return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _direct_on_bits(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    bits = lax.bitcast_convert_type(data, jnp.dtype(f"uint{8 * data.dtype.itemsize}"))
+    out = lax.gather(bits, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
+    return lax.bitcast_convert_type(out, data.dtype)
+
+
+@_direct_on_bits.defjvp
+def _direct_on_bits_jvp(plan, primals, tangents):
+    (data, idx), (data_dot, _) = primals, tangents
+    tangent = lax.gather(data_dot, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
+    return _direct_on_bits(data, idx, plan), tangent
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,6 @@
 yet every call is judged on its own indices; the host bounds tests against NumPy; the checked
 mode judged on the device; what a signature must tell apart."""
 
-import functools
 import re
 
 import hypothesis.strategies as st
@@ -101,7 +100,7 @@ def test_concrete_arrays_inside_an_enclosing_jit():
     table, ids = jnp.arange(12.0).reshape(4, 3), jnp.asarray([0, -1])
     assert jax.jit(lambda: jax_gather.gather(table, ids))().tolist() == [[0, 1, 2], [9, 10, 11]]
     plan = plans.gather_plan(table.shape, ids.shape, 0)
-    on_device = functools.partial(_eager._checked_on_device, plan, ops._programs(plan, None))
+    on_device = _eager.checked_on_device(plan, ops._programs(plan, None))
     assert jax.jit(lambda: on_device(table, ids))().tolist() == [[0, 1, 2], [9, 10, 11]]
 
 
@@ -139,7 +138,7 @@ def test_the_checked_mode_judged_on_the_device_makes_no_host_to_device_transfer(
     for values in ([0, 1], [-1, 2]):
         indices = _indices(name, values)
         plan = plan_fn(shape, indices.shape, attr)
-        call = functools.partial(_eager._checked_on_device, plan, ops._programs(plan, None))
+        call = _eager.checked_on_device(plan, ops._programs(plan, None))
         on_device = jnp.asarray(indices)
         jax.clear_caches()  # the first call too, which compiles the reduction
         with jax.transfer_guard_host_to_device("disallow"):
@@ -156,7 +155,7 @@ def test_the_checked_mode_judged_on_the_device(name):
     for values, want in (([0, 1], "in range"), ([-1, 2], "in bounds"), ([1, 5], "out")):
         indices = _indices(name, values)
         plan = plan_fn(shape, indices.shape, attr)
-        call = functools.partial(_eager._checked_on_device, plan, ops._programs(plan, None))
+        call = _eager.checked_on_device(plan, ops._programs(plan, None))
         if want == "out":
             with pytest.raises(IndexError, match=re.escape("= 5 is out of bounds for axis 0 of size 5")):
                 call(data, jnp.asarray(indices))
