@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import functools
 import math
-import re
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -40,14 +39,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather._cpu_client import INLINE_FLOPS, xla_splits_loops
+from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
 from jax_gather._cpu_columns import (
     columns_by_written_indices,
     reads_columns,
     xla_widens_column_indices,
 )
+from jax_gather._cpu_rows import rows_in_units, xla_vectorises_rows_in_units
 from jax_gather._fill import selected_as_bits
-from jax_gather._lowering import GENERIC, PROMISE, Lowering, direct, masked
+from jax_gather._lowering import GENERIC, Lowering, direct, masked
 from jax_gather._traced_bounds import axis_sizes
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan, gather_plan
@@ -135,7 +135,8 @@ def _short_rows(site: Site) -> bool:
     the tasks cost more than the copy saves."""
     plan, shape, dtype = site.plan, site.shape, site.dtype
     rows = _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
-    return rows and _output_bytes(plan, dtype) >= SHORT_ROWS_MIN_BYTES
+    big = rows and _output_bytes(plan, dtype) >= SHORT_ROWS_MIN_BYTES
+    return big and xla_vectorises_rows_in_units()  # a fact of this JAX and CPU: asked last, once
 
 
 def _columns(site: Site) -> bool:
@@ -259,7 +260,7 @@ ROWS = (
         "short_rows_in_bytes",
         "forward",
         _short_rows,
-        lambda s: functools.partial(_rows_in_units, unit=_unit(s)),
+        lambda s: functools.partial(rows_in_units, unit=_unit(s)),
     ),
     Row("moved_axis_derivative", "derivative", _off_leading_axis, lambda s: _rows_of_moved_axis),
     Row(
@@ -305,11 +306,7 @@ def without(*names: str) -> Iterator[None]:
 _disabled: frozenset[str] = frozenset()
 
 
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
-
-
-PLATFORM_DEPENDENT_PRUNES = _release(jax.__version__) >= (0, 7, 0)
+PLATFORM_DEPENDENT_PRUNES = JAX_RELEASE >= (0, 7, 0)
 
 
 @functools.cache
@@ -398,14 +395,6 @@ def _bits(dtype: np.dtype) -> int:
     if jnp.issubdtype(dtype, jnp.floating):
         return int(jnp.finfo(dtype).bits)
     return 8 * dtype.itemsize  # bool, complex
-
-
-def _rows_in_units(data: jax.Array, idx: jax.Array, plan: GatherPlan, *, unit: Any) -> jax.Array:
-    per_item = data.dtype.itemsize * 8 // jnp.iinfo(unit).bits
-    rows = lax.bitcast_convert_type(data, unit).reshape(*data.shape[:-1], -1)
-    slice_sizes = (*plan.slice_sizes[:-1], plan.slice_sizes[-1] * per_item)
-    out = lax.gather(rows, idx, plan.dimension_numbers, slice_sizes, mode=PROMISE)
-    return lax.bitcast_convert_type(out.reshape(*out.shape[:-1], -1, per_item), data.dtype)
 
 
 # ---- the derivative of element gathers by one linear index -----------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -38,22 +39,27 @@ def usable_cores() -> int:
     return cores or 1
 
 
+JAX_RELEASE = tuple(int(part) for part in re.findall(r"\d+", jax.__version__)[:3])
+
 # Fact: JAX's CPU client aliases a C-contiguous NumPy array whose data is aligned to this many
 # bytes (NumPy aligns to 16) and copies any other: under CPU_COPIED_INLINE bytes on the calling
-# thread (1-2 us), from there on a worker thread, a handoff that dominates up to about a MiB: an
-# eager lookup of 64 rows from a 250 KiB table took 42 us with the client's copy and 20 us with
-# an aligned copy NumPy makes (1 MiB: 267 and 160 us). Past ALIGNED_COPY_MAX it no longer paid
-# (4 MiB read whole: 1.21 ms with the client's copy, 1.53 ms aliased).
+# thread (1-2 us), from there on a worker thread through JAX 0.10, a handoff that dominates up to
+# about a MiB: an eager lookup of 64 rows from a 250 KiB table took 42 us with the client's copy
+# and 20 us with an aligned copy NumPy makes (1 MiB: 267 and 160 us). Past ALIGNED_COPY_MAX it no
+# longer paid (4 MiB read whole: 1.21 ms with the client's copy, 1.53 ms aliased). From JAX 0.11
+# the client copies every size on the calling thread, and the aligned copy only adds one (that
+# lookup: 17.8 us with it, 12.6 without, AMD EPYC): not made there.
 CPU_ALIGNMENT = 64
 CPU_COPIED_INLINE = 100 * 1024
 ALIGNED_COPY_MAX = 1 << 20
+CLIENT_COPIES_ON_A_WORKER_THREAD = JAX_RELEASE < (0, 11)
 
 
 def aligned_for_cpu(array: np.ndarray, to_cpu: bool | None = None) -> np.ndarray:
     """``array``, or a copy whose data is aligned to ``CPU_ALIGNMENT`` bytes, where JAX's CPU
     client would copy it on a worker thread and the copy is small enough to pay: it goes to a
     CPU (``to_cpu``; by default, where the default device is one), and JAX keeps its dtype."""
-    if not CPU_COPIED_INLINE <= array.nbytes <= ALIGNED_COPY_MAX:
+    if not (CLIENT_COPIES_ON_A_WORKER_THREAD and CPU_COPIED_INLINE <= array.nbytes <= ALIGNED_COPY_MAX):
         return array
     if array.flags.c_contiguous and array.ctypes.data % CPU_ALIGNMENT == 0:
         return array

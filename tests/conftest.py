@@ -23,17 +23,33 @@ def pytest_configure(config):
         settings.load_profile("jax_gather_core")
 
 
-@pytest.fixture
-def lowerings_on_any_cpu(monkeypatch):
-    """The lowerings that rest on a fact of the CPU chosen as where it holds (XLA:CPU widening
-    indices in the loop of a column gather; splitting loops into tasks, which it does on two
-    cores or more): for what they compute and what XLA makes of them, which do not depend on
-    the CPU."""
-    monkeypatch.setattr(_cpu, "xla_widens_column_indices", lambda: True)
-    monkeypatch.setattr(_cpu, "xla_splits_loops", lambda: True)
+def _facts_held(monkeypatch, *facts):
+    """Each of ``facts`` (functions of jax_gather._cpu) answering True while the test runs, the
+    lowerings chosen and programs traced with it, and neither kept after."""
+    for fact in facts:
+        monkeypatch.setattr(_cpu, fact, lambda: True)
     _cpu._choose.cache_clear()
     jax.clear_caches()
     yield
     monkeypatch.undo()
     _cpu._choose.cache_clear()
     jax.clear_caches()
+
+
+@pytest.fixture
+def lowerings_on_any_cpu(monkeypatch):
+    """The lowerings that rest on a fact of the CPU or of JAX's release chosen as where it holds
+    (XLA:CPU widening indices in the loop of a column gather; splitting loops into tasks, which
+    it does on two cores or more; copying rows in bytes with vector instructions, which it does
+    through JAX 0.10): for what they compute and what XLA makes of them, which do not depend on
+    the CPU."""
+    yield from _facts_held(
+        monkeypatch, "xla_widens_column_indices", "xla_splits_loops", "xla_vectorises_rows_in_units"
+    )
+
+
+@pytest.fixture
+def rows_on_any_jax(monkeypatch):
+    """short_rows_in_bytes chosen as where XLA:CPU vectorises its rows (through JAX 0.10; from
+    0.11 it is left out, tests/test_cpu_facts.py): for its rule and what it computes."""
+    yield from _facts_held(monkeypatch, "xla_vectorises_rows_in_units")

@@ -44,6 +44,7 @@ COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
 # The two-loop fill only where XLA splits loops into tasks (a process on two cores or more).
 SPLIT = {TWO_LOOPS} if _cpu.xla_splits_loops() else set()
 
+
 # (data shape, dtype, plan, the lowerings it takes on one CPU device)
 # fmt: off
 SELECTIONS = [
@@ -137,7 +138,7 @@ SELECTIONS = [
 
 
 @pytest.mark.parametrize("shape, dtype, plan, expected", SELECTIONS)
-def test_which_plans_take_which_lowering(shape, dtype, plan, expected):
+def test_which_plans_take_which_lowering(shape, dtype, plan, expected, rows_on_any_jax):
     assert _cpu.lowering(plan, shape, dtype).names == (expected if ON else set())
 
 
@@ -247,7 +248,9 @@ PROGRAMS = [
 @pytest.mark.parametrize(
     "what, fn, data, indices, find, cpu, generic", PROGRAMS, ids=[p[0] for p in PROGRAMS]
 )
-def test_only_the_cpu_program_holds_the_lowering(what, fn, data, indices, find, cpu, generic):
+def test_only_the_cpu_program_holds_the_lowering(
+    what, fn, data, indices, find, cpu, generic, rows_on_any_jax
+):
     for platform in ("cpu", "cuda", "tpu"):
         assert find(module_for(fn, (data, indices), platform)) == [cpu if platform == "cpu" else generic], (
             platform
@@ -324,7 +327,7 @@ ROW_DTYPES = [np.int8, np.uint8, np.float16, ml_dtypes.bfloat16, np.float32, np.
 
 @pytest.mark.parametrize("dtype", ROW_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_short_rows_in_bytes_are_bit_exact(dtype, jit):
+def test_short_rows_in_bytes_are_bit_exact(dtype, jit, rows_on_any_jax):
     # Random bytes: NaN payloads, -0.0, infinities and subnormals, which a conversion would change.
     with enable_x64(np.dtype(dtype).itemsize == 8):
         data = random_bits(np.random.default_rng(0), dtype, (40, 6, 24))
