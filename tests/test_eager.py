@@ -149,13 +149,16 @@ def test_the_checked_mode_judged_on_the_device_makes_no_host_to_device_transfer(
 @pytest.mark.parametrize("name", OPS)
 def test_the_checked_mode_judged_on_the_device(name):
     # What an eager call does where its indices are not on the host (an accelerator): one
-    # reduction there, one scalar back, and the host copy only for the error.
+    # program that gathers and judges, one scalar back, and the host copy only for the error.
     _, plan_fn, ref, shape, attr = OPS[name]
     data = jnp.asarray(make_data(shape, np.float32, 0))
     for values, want in (([0, 1], "in range"), ([-1, 2], "in bounds"), ([1, 5], "out")):
         indices = _indices(name, values)
         plan = plan_fn(shape, indices.shape, attr)
-        call = _eager.checked_on_device(plan, ops._programs(plan, None))
+        asked = []
+        programs = ops._programs(plan, None)
+        call = _eager.checked_on_device(plan, lambda mode: asked.append(mode) or programs(mode))
+        asked.clear()  # what the call is made with; on each call, no second program
         if want == "out":
             with pytest.raises(IndexError, match=re.escape("= 5 is out of bounds for axis 0 of size 5")):
                 call(data, jnp.asarray(indices))
@@ -163,6 +166,7 @@ def test_the_checked_mode_judged_on_the_device(name):
             np.testing.assert_array_equal(
                 call(data, jnp.asarray(indices)), ref(np.asarray(data), indices, attr)
             )
+        assert asked == []
 
 
 def test_where_indices_live_decides_where_they_are_judged():
