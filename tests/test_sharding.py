@@ -105,10 +105,11 @@ def test_checked_reports_a_block_local_position_inside_shard_map(report):
         r"of size 6 \(valid range \[-6, 5\]\)",
         r["error"] or "",
     ), r["error"]
-    # JAX's own index checks, asked for here, do not trace inside shard_map; checked() says so,
-    # and goes on.
+    # JAX's own index checks, asked for here, do not trace inside shard_map before JAX 0.11
+    # (seen on 0.10.2; on 0.11.2 they do): checked() says so, and goes on.
     warned = r["warnings"]
-    assert warned and all("cannot trace its own index checks" in w for w in warned), warned
+    assert bool(warned) == (JAX_VERSION < (0, 11)), warned
+    assert all("cannot trace its own index checks" in w for w in warned), warned
 
 
 def test_no_cpu_lowering_pads_or_flattens_data_on_a_mesh(report):
