@@ -33,6 +33,34 @@ def xla_splits_loops() -> bool:
     return usable_cores() > 1
 
 
+def lowered_for_cpu(fn: Callable[..., Any], *arguments: tuple[tuple[int, ...], Any]) -> Any:
+    """``jax.jit(fn)`` lowered for this process's CPU, for arguments of these (shape, dtype), or
+    None where the process has no CPU backend: what the facts asked once a process compile."""
+    try:
+        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    except RuntimeError:
+        return None
+    return jax.jit(fn).lower(*(jax.ShapeDtypeStruct(s, t, sharding=cpu) for s, t in arguments))
+
+
+def kernel_irs(lowered: Any) -> list[str]:
+    """The LLVM IR, after LLVM's optimisations, of each kernel XLA:CPU compiles for ``lowered``
+    (empty for None, or where this JAX cannot dump it). XLA dumps it with the program where
+    asked to; from JAX 0.11 only for the emitters that ``xla_dump_emitter_re`` names, an option
+    JAX before 0.5 may not know."""
+    import glob
+    import tempfile
+
+    for extra in ({"xla_dump_emitter_re": ".*"}, {}) if lowered is not None else ():
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                lowered.compile(compiler_options={"xla_dump_to": tmp, **extra})
+            except Exception:
+                continue
+            return [open(path).read() for path in sorted(glob.glob(f"{tmp}/*ir-with-opt.ll"))]
+    return []
+
+
 def usable_cores() -> int:
     """The cores this process may be scheduled on: its CPU affinity where the OS has one."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -17,6 +17,7 @@ from jax import lax
 from jax._src import core as _jax_core
 from jax.interpreters import batching, mlir
 
+from jax_gather._cpu_client import kernel_irs, lowered_for_cpu
 from jax_gather._lowering import PROMISE, direct
 from jax_gather._x64 import x64_enabled
 from jax_gather.plans import GatherPlan, gather_plan
@@ -57,34 +58,8 @@ def xla_widens_column_indices() -> bool:
     the vector loop of a column gather (what the column lowerings rest on)."""
     plan = gather_plan((64, 4096), (1024,), 1)
     column_gather = lambda d, i: direct(d, jnp.minimum(i, 4095)[..., None], plan)
-    try:
-        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-        args = [
-            jax.ShapeDtypeStruct(s, t, sharding=cpu)
-            for s, t in (((64, 4096), jnp.int8), ((1024,), jnp.int32))
-        ]
-        irs = kernel_irs(jax.jit(column_gather).lower(*args))
-    except Exception:  # no CPU backend: the fact unknown
-        return False
-    return any(WIDENED_INDICES.search(ir) for ir in irs)
-
-
-def kernel_irs(lowered: Any) -> list[str]:
-    """The LLVM IR, after LLVM's optimisations, of each kernel XLA:CPU compiles for ``lowered``
-    (empty where this JAX cannot dump it). XLA dumps it with the program where asked to; from
-    JAX 0.11 only for the emitters that ``xla_dump_emitter_re`` names, an option JAX before 0.5
-    may not know."""
-    import glob
-    import tempfile
-
-    for extra in ({"xla_dump_emitter_re": ".*"}, {}):
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                lowered.compile(compiler_options={"xla_dump_to": tmp, **extra})
-            except Exception:
-                continue
-            return [open(path).read() for path in sorted(glob.glob(f"{tmp}/*ir-with-opt.ll"))]
-    return []
+    lowered = lowered_for_cpu(column_gather, ((64, 4096), jnp.int8), ((1024,), jnp.int32))
+    return any(WIDENED_INDICES.search(ir) for ir in kernel_irs(lowered))  # none without a CPU
 
 
 def reads_columns(shape: tuple, plan: GatherPlan) -> bool:

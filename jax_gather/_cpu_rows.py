@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_gather._cpu_columns import kernel_irs
+from jax_gather._cpu_client import kernel_irs, lowered_for_cpu
 from jax_gather._lowering import PROMISE
 from jax_gather.plans import GatherPlan, gather_plan
 
@@ -37,13 +37,5 @@ def xla_vectorises_rows_in_units() -> bool:
     measured level with XLA's own loop (4 benchmark shapes, AMD EPYC)."""
     plan = gather_plan((1000, 32), (2048,), 0)
     rows = lambda d, i: rows_in_units(d, i, plan, unit=jnp.uint8)
-    try:
-        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-        args = [
-            jax.ShapeDtypeStruct(s, t, sharding=cpu)
-            for s, t in (((1000, 32), jnp.float32), ((2048, 1), jnp.int32))
-        ]
-        irs = kernel_irs(jax.jit(rows).lower(*args))
-    except RuntimeError:  # no CPU backend: the fact unknown
-        return False
-    return any(VECTOR_TYPE.search(ir) for ir in irs)
+    lowered = lowered_for_cpu(rows, ((1000, 32), jnp.float32), ((2048, 1), jnp.int32))
+    return any(VECTOR_TYPE.search(ir) for ir in kernel_irs(lowered))  # none without a CPU

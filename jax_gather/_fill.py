@@ -13,6 +13,7 @@ import numpy as np
 from jax import lax
 
 from jax_gather._arguments import fail
+from jax_gather._cpu_client import lowered_for_cpu
 from jax_gather._index_check import check_indices
 from jax_gather._x64 import x64_on
 
@@ -266,13 +267,8 @@ def _has_nan_payloads(dtype: np.dtype) -> bool:
 def xla_cpu_converts_select(dtype: np.dtype) -> bool:
     """Whether XLA:CPU, in this JAX, computes a select of ``dtype`` in a wider type: asked once
     per process and type by compiling one (a few ms); true where no CPU backend answers."""
-    try:
-        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-        args = [jax.ShapeDtypeStruct((2,), t, sharding=cpu) for t in (np.bool_, dtype)]
-        text = jax.jit(lambda m, x: jnp.where(m, x, x[::-1])).lower(*args).compile().as_text()
-    except Exception:  # no CPU backend
-        return True
-    return "convert(" in (text or "")
+    lowered = lowered_for_cpu(lambda m, x: jnp.where(m, x, x[::-1]), ((2,), np.bool_), ((2,), dtype))
+    return lowered is None or "convert(" in (lowered.compile().as_text() or "")
 
 
 def gathered_as_bits(dtype: np.dtype) -> bool:

@@ -1,13 +1,10 @@
 """Differences between the JAX releases the project supports (jax >= 0.4.35)."""
 
 import functools
-import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-JAX_VERSION = tuple(int(part) for part in re.findall(r"\d+", jax.__version__)[:3])
 
 if hasattr(jax, "enable_x64"):
     enable_x64 = jax.enable_x64

@@ -41,7 +41,7 @@ def _compiled_text(fn, *args) -> str:
 
 def _kernel_irs(fn, *args) -> list[str]:
     """The LLVM IR, after LLVM's optimisations, of each kernel XLA:CPU compiles for ``fn``."""
-    irs = _cpu_columns.kernel_irs(jax.jit(fn).lower(*_on_cpu(*args)))
+    irs = _cpu_client.kernel_irs(jax.jit(fn).lower(*_on_cpu(*args)))
     assert irs, "XLA:CPU dumped no LLVM IR: how does this JAX dump it?"
     return irs
 

@@ -16,8 +16,8 @@ import re
 import jax
 import pytest
 
+from jax_gather._cpu_client import JAX_RELEASE
 from tests import sharding_cases as cases
-from tests.compat import JAX_VERSION
 from tests.programs import run_with_cpu_devices
 
 # One child process with eight simulated devices runs every case: end to end, so in the slow tier.
@@ -108,7 +108,7 @@ def test_checked_reports_a_block_local_position_inside_shard_map(report):
     # JAX's own index checks, asked for here, do not trace inside shard_map before JAX 0.11
     # (seen on 0.10.2; on 0.11.2 they do): checked() says so, and goes on.
     warned = r["warnings"]
-    assert bool(warned) == (JAX_VERSION < (0, 11)), warned
+    assert bool(warned) == (JAX_RELEASE < (0, 11)), warned
     assert all("cannot trace its own index checks" in w for w in warned), warned
 
 
@@ -128,7 +128,7 @@ def test_no_cpu_lowering_pads_or_flattens_data_on_a_mesh(report):
 # JAX 0.7 types selects more strictly under explicit axes and refuses the checked mode's (its
 # mask is typed by the indices, not the output); 0.8.0 and later accept them. The README says
 # explicit axes are supported from JAX 0.8.
-EXPLICIT_AXES_SUPPORTED = HAS_EXPLICIT_AXES and JAX_VERSION >= (0, 8, 0)
+EXPLICIT_AXES_SUPPORTED = HAS_EXPLICIT_AXES and JAX_RELEASE >= (0, 8, 0)
 needs_explicit_axes = pytest.mark.skipif(
     not EXPLICIT_AXES_SUPPORTED, reason=f"jax {jax.__version__}: explicit axes are supported from JAX 0.8"
 )
