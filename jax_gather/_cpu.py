@@ -45,8 +45,9 @@ from jax_gather._cpu_columns import (
     reads_columns,
     xla_widens_column_indices,
 )
+from jax_gather._cpu_linear import by_linear_index, linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, xla_vectorises_rows_in_units
-from jax_gather._fill import selected_as_bits
+from jax_gather._fill import narrow_float, selected_as_bits
 from jax_gather._lowering import GENERIC, Lowering, direct, masked
 from jax_gather._traced_bounds import axis_sizes
 from jax_gather._x64 import x64_on
@@ -77,10 +78,11 @@ CACHE_LINE = 64
 # 1.08x the time without columns_by_written_indices over 16 rows (2 KiB of output), 1.05x over
 # 32, 1.00x over 64 (8 KiB), 0.87x over 128. Their fill from a pad pays at every size.
 COLUMNS_MIN_BYTES = 8 << 10
-# Measured: GatherND elements after batch dims, read by one linear index into the whole of data
-# (a one-dim gather, which XLA:CPU compiles to a vector loop), took 0.72-0.88 of the time of the
-# gather with batching dims from 65536 index tuples, and 0.92-1.01 from 2048 to 32768; below,
-# the linear index's flops could take a small lookup to a worker thread (docs/design.md).
+# Measured (AMD EPYC with AVX-512): GatherND elements after batch dims, read by one linear index
+# into the whole of data (a one-dim gather whose index XLA:CPU computes in a vector loop there:
+# jax_gather._cpu_linear), took 0.72-0.88 of the time of the gather with batching dims from 65536
+# index tuples, and 0.92-1.01 from 2048 to 32768; below, the linear index's flops could take a
+# small lookup to a worker thread (docs/design.md).
 BATCHED_ND_LINEAR_TUPLES = 2048
 # Fact: XLA:CPU, on two cores or more (xla_splits_loops), splits a loop into a task per core
 # where XLA's cost analysis counts more flops than bytes and flops + 10 bytes reach SPLIT_COST;
@@ -167,7 +169,7 @@ def _linear(site: Site) -> Any:
     """The dtype of one linear index into data, for an element gather on one device; else None."""
     if not (site.elements and len(site.shape) >= 2 and site.one_device):
         return None
-    return _linear_index_dtype(site.shape, site.x64)
+    return linear_index_dtype(site.shape, site.x64)
 
 
 def _pads(site: Site) -> bool:
@@ -177,7 +179,7 @@ def _pads(site: Site) -> bool:
     measured slower than the select) and rewrite a NaN's payload (float8; the select is of the
     bits). Nor for sub-byte integers, which XLA:CPU converts to bytes over all of the padded data
     (flops XLA counts: a lookup of one row went to a worker thread)."""
-    return site.one_device and not _narrow_float(site.dtype) and not _sub_byte_integer(site.dtype)
+    return site.one_device and not narrow_float(site.dtype) and not _sub_byte_integer(site.dtype)
 
 
 def _batched_nd(site: Site) -> bool:
@@ -187,17 +189,19 @@ def _batched_nd(site: Site) -> bool:
 
 
 def _batched_nd_elements(site: Site) -> bool:
-    """_batched_nd, fewer tuples than the linear index takes (with it, the select after its
-    one-dim gather is the faster fill)."""
-    return _pads(site) and _batched_nd(site) and not _batched_nd_linear(site)
+    """_batched_nd, fewer than BATCHED_ND_LINEAR_TUPLES tuples (from there, the select after a
+    gather was the faster fill, after the linear index's one-dim gather or without it)."""
+    few = math.prod(site.plan.output_shape) < BATCHED_ND_LINEAR_TUPLES
+    return _pads(site) and _batched_nd(site) and few
 
 
 def _batched_nd_linear(site: Site) -> bool:
     """_batched_nd of BATCHED_ND_LINEAR_TUPLES index tuples or more, into data of whole bytes,
-    where one linear index addresses it."""
+    where one linear index addresses it and XLA computes that index in vector instructions."""
     many = math.prod(site.plan.output_shape) >= BATCHED_ND_LINEAR_TUPLES
     whole_bytes = not _sub_byte_integer(site.dtype)
-    return _batched_nd(site) and many and whole_bytes and _linear(site) is not None
+    applies = _batched_nd(site) and many and whole_bytes and _linear(site) is not None
+    return applies and xla_vectorises_linear_indices()  # a CPU's fact: asked last, once a process
 
 
 def _short_lookup(site: Site) -> bool:
@@ -254,7 +258,7 @@ ROWS = (
         "batched_nd_by_linear_index",
         "forward",
         _batched_nd_linear,
-        lambda s: functools.partial(_by_linear_index, dtype=_linear(s)),
+        lambda s: functools.partial(by_linear_index, dtype=_linear(s)),
     ),
     Row(
         "short_rows_in_bytes",
@@ -267,7 +271,7 @@ ROWS = (
         "linear_derivative",
         "derivative",
         lambda s: _linear(s) is not None,
-        lambda s: functools.partial(_by_linear_index, dtype=_linear(s)),
+        lambda s: functools.partial(by_linear_index, dtype=_linear(s)),
     ),
     Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: _read_fill_from_pad),
     Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: _read_fill_from_pad),
@@ -334,10 +338,6 @@ def _sub_byte_integer(dtype: np.dtype) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.integer)) and jnp.iinfo(dtype).bits < 8
 
 
-def _narrow_float(dtype: np.dtype) -> bool:
-    return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype not in (np.float16, np.float32, np.float64)
-
-
 def _static(*shapes: tuple) -> bool:
     return all(isinstance(d, int) for shape in shapes for d in shape)
 
@@ -400,33 +400,8 @@ def _bits(dtype: np.dtype) -> int:
 # ---- the derivative of element gathers by one linear index -----------------------------------
 # Fact: XLA:CPU scatters JAX's transpose of an element gather by index tuples (for batching dims,
 # an iota per dim concatenated with the index, written out and read back). By one linear index
-# into the whole of data, flattened, the transpose is one scatter into one dim.
-
-
-def _linear_index_dtype(shape: tuple, x64: bool) -> Any:
-    """int32 where data has fewer than 2**31 elements, else int64, which needs x64: without it,
-    None (the gather stays as it is, so no linear offset ever wraps)."""
-    if math.prod(shape) <= np.iinfo(np.int32).max:
-        return jnp.int32
-    return jnp.int64 if x64 else None
-
-
-def _by_linear_index(data: jax.Array, idx: jax.Array, plan: GatherPlan, *, dtype: Any) -> jax.Array:
-    """The plan's element gather by one linear index into the whole of data, flattened; ``idx``
-    in bounds. A batching dim's coordinate is the output position (an iota). Each component is
-    in bounds of its own axis before they are combined, so bounds stay per axis."""
-    dn = plan.dimension_numbers
-    coordinate = {
-        axis: lax.broadcasted_iota(dtype, idx.shape[:-1], dim)
-        for axis, dim in zip(dn.operand_batching_dims, dn.start_indices_batching_dims)
-    }
-    coordinate.update({axis: idx[..., c].astype(dtype) for c, axis in enumerate(dn.start_index_map)})
-    linear = coordinate[0]
-    for axis in range(1, data.ndim):
-        linear = linear * data.shape[axis] + coordinate[axis]
-    flat = data.reshape(-1)
-    rows = gather_plan(flat.shape, linear.shape, 0)
-    return direct(flat, linear[..., None], rows)
+# into the whole of data, flattened (jax_gather._cpu_linear), the transpose is one scatter into
+# one dim.
 
 
 # ---- Gather off the leading axis: rows of the moved axis in the derivative -----------------------

@@ -243,62 +243,91 @@ def select_exact(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> ja
     instead (a same-width bitcast is free to run, but XLA's cost analysis counts it: 2 flops an
     element more, which can take a short program to JAX's worker thread), except on a CPU
     whose XLA selects the type as it is (:func:`xla_cpu_converts_select`). float4_e2m1fn has
-    no NaN to rewrite."""
-    dtype = np.dtype(on_true.dtype)
-    if not _has_nan_payloads(dtype):
-        return jnp.where(mask, on_true, on_false)
-    if xla_cpu_converts_select(dtype):
-        return _select_bits(mask, on_true, on_false)
-    return lax.platform_dependent(mask, on_true, on_false, cpu=jnp.where, default=_select_bits)
+    no NaN to rewrite: its bits are selected only where XLA:CPU cannot compile its select (no
+    F16C, see gathered_as_bits)."""
+    if not selected_as_bits(np.dtype(on_true.dtype)):
+        if not _has_nan_payloads(np.dtype(on_true.dtype)):
+            return jnp.where(mask, on_true, on_false)
+        return lax.platform_dependent(mask, on_true, on_false, cpu=jnp.where, default=_select_bits)
+    return _select_bits(mask, on_true, on_false)
 
 
 def selected_as_bits(dtype: np.dtype) -> bool:
     """Whether a select of ``dtype`` on the CPU is one of bit patterns (see select_exact)."""
-    return _has_nan_payloads(dtype) and xla_cpu_converts_select(dtype)
+    if not narrow_float(dtype) or bits_type(dtype) is None:
+        return False
+    how = _xla_cpu_select(dtype)
+    return how == "not at all" or (how == "converted" and _has_nan_payloads(dtype))
+
+
+def narrow_float(dtype: np.dtype) -> bool:
+    """A float type other than float16, 32 and 64 (bfloat16, the float8, float6 and float4 types)."""
+    return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype not in (np.float16, np.float32, np.float64)
 
 
 @functools.lru_cache(maxsize=64)
 def _has_nan_payloads(dtype: np.dtype) -> bool:
-    native = (np.float16, np.float32, np.float64)
-    return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype not in native and _float_type(dtype).has_nan
+    return narrow_float(dtype) and _float_type(dtype).has_nan
+
+
+def xla_cpu_converts_select(dtype: np.dtype) -> bool:
+    """Whether XLA:CPU, in this JAX, computes a select of ``dtype`` in a wider type (or cannot
+    compile it for this CPU): asked once per process and type by compiling one (a few ms); true
+    where no CPU backend answers."""
+    return _xla_cpu_select(dtype) != "as it is"
 
 
 @functools.lru_cache(maxsize=64)
-def xla_cpu_converts_select(dtype: np.dtype) -> bool:
-    """Whether XLA:CPU, in this JAX, computes a select of ``dtype`` in a wider type: asked once
-    per process and type by compiling one (a few ms); true where no CPU backend answers."""
+def _xla_cpu_select(dtype: np.dtype) -> str:
+    """How XLA:CPU compiles a select of ``dtype``: "as it is", "converted" (in a wider type), or
+    "not at all" (for this CPU); "converted" where no CPU backend answers."""
     lowered = lowered_for_cpu(lambda m, x: jnp.where(m, x, x[::-1]), ((2,), np.bool_), ((2,), dtype))
-    return lowered is None or "convert(" in (lowered.compile().as_text() or "")
+    if lowered is None:
+        return "converted"
+    try:
+        text = lowered.compile().as_text() or ""
+    except RuntimeError:  # XLA:CPU cannot compile its converts for this CPU (see gathered_as_bits)
+        return "not at all"
+    return "converted" if "convert(" in text else "as it is"
 
 
 def gathered_as_bits(dtype: np.dtype) -> bool:
-    """Whether a gather of ``dtype`` is made on its bit patterns: a float type with NaN payloads
-    that XLA:CPU gathers through a wider type and back, rewriting them (the float8 types with
-    several NaNs from JAX 0.11: float16 and back)."""
-    return _has_nan_payloads(dtype) and not _xla_cpu_gathers_exactly(dtype)
+    """Whether a gather of ``dtype`` is made on its bit patterns: a float type other than
+    float16, 32 and 64 that XLA:CPU gathers through a wider type and back, where that rewrites
+    NaN payloads (the float8 types with several NaNs from JAX 0.11: float16 and back) or does
+    not compile (a CPU without F16C: XLA's JIT lacks the function its conversions from float16
+    call, XLA_FLAGS=--xla_cpu_max_isa=SSE4_2; there ``jnp.take`` of those types fails)."""
+    return narrow_float(dtype) and bits_type(dtype) is not None and not _xla_cpu_gathers_exactly(dtype)
+
+
+def bits_type(dtype: np.dtype) -> Any:
+    """The unsigned integer type of ``dtype``'s width, where there is one (none of 6 bits)."""
+    return {4: jnp.uint4, 8: jnp.uint8, 16: jnp.uint16}.get(int(jnp.finfo(dtype).bits))
 
 
 @functools.lru_cache(maxsize=64)
 def _xla_cpu_gathers_exactly(dtype: np.dtype) -> bool:
     """Whether XLA:CPU, in this JAX, gathers every bit pattern of ``dtype`` as it is: asked once
     per process and type by gathering them all (a few ms); true where no CPU backend answers."""
-    width = np.dtype(f"uint{8 * dtype.itemsize}")
-    patterns = np.arange(2 ** (8 * dtype.itemsize), dtype=width)
+    width = np.dtype(f"uint{8 * dtype.itemsize}")  # how NumPy stores it
+    patterns = np.arange(2 ** int(jnp.finfo(dtype).bits), dtype=width)
     try:
         cpu = jax.devices("cpu")[0]
+    except RuntimeError:  # no CPU backend
+        return True
+    try:
         with jax.ensure_compile_time_eval():  # run now, also while a trace is open
             data = jax.device_put(patterns.view(dtype), cpu)
             ids = jax.device_put(patterns[::-1].astype(np.int32), cpu)
             out = jax.device_get(jax.jit(lambda d, i: d[i])(data, ids))
-    except RuntimeError:  # no CPU backend
-        return True
+    except RuntimeError:  # XLA:CPU cannot compile the gather for this CPU
+        return False
     return bool((out.view(width) == patterns[::-1]).all())
 
 
 @jax.custom_jvp
 def _select_bits(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
-    unsigned = jnp.dtype(f"uint{8 * on_true.dtype.itemsize}")
-    bits = lambda x: lax.bitcast_convert_type(x, unsigned)
+    bits = lambda x: lax.bitcast_convert_type(x, bits_type(x.dtype))
     return lax.bitcast_convert_type(jnp.where(mask, bits(on_true), bits(on_false)), on_true.dtype)
 
 

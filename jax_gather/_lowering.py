@@ -17,11 +17,10 @@ import functools
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather._fill import gathered_as_bits, select_exact
+from jax_gather._fill import bits_type, gathered_as_bits, select_exact
 from jax_gather._traced_bounds import in_range_vectors, index_vectors
 from jax_gather.plans import GatherPlan
 
@@ -42,7 +41,7 @@ def direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _direct_on_bits(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    bits = lax.bitcast_convert_type(data, jnp.dtype(f"uint{8 * data.dtype.itemsize}"))
+    bits = lax.bitcast_convert_type(data, bits_type(data.dtype))
     out = lax.gather(bits, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
     return lax.bitcast_convert_type(out, data.dtype)
 

@@ -23,11 +23,11 @@ def pytest_configure(config):
         settings.load_profile("jax_gather_core")
 
 
-def _facts_held(monkeypatch, *facts):
-    """Each of ``facts`` (functions of jax_gather._cpu) answering True while the test runs, the
-    lowerings chosen and programs traced with it, and neither kept after."""
+def _facts_held(monkeypatch, *facts, answer=True):
+    """Each of ``facts`` (functions of jax_gather._cpu) answering ``answer`` while the test runs,
+    the lowerings chosen and programs traced with it, and neither kept after."""
     for fact in facts:
-        monkeypatch.setattr(_cpu, fact, lambda: True)
+        monkeypatch.setattr(_cpu, fact, lambda: answer)
     _cpu._choose.cache_clear()
     jax.clear_caches()
     yield
@@ -39,12 +39,17 @@ def _facts_held(monkeypatch, *facts):
 @pytest.fixture
 def lowerings_on_any_cpu(monkeypatch):
     """The lowerings that rest on a fact of the CPU or of JAX's release chosen as where it holds
-    (XLA:CPU widening indices in the loop of a column gather; splitting loops into tasks, which
-    it does on two cores or more; copying rows in bytes with vector instructions, which it does
-    through JAX 0.10): for what they compute and what XLA makes of them, which do not depend on
-    the CPU."""
+    (XLA:CPU widening indices in the loop of a column gather, and computing a batched GatherND's
+    linear indices in vector instructions, which it does with AVX-512; splitting loops into
+    tasks, which it does on two cores or more; copying rows in bytes with vector instructions,
+    which it does through JAX 0.10): for what they compute and what XLA makes of them, which do
+    not depend on the CPU."""
     yield from _facts_held(
-        monkeypatch, "xla_widens_column_indices", "xla_splits_loops", "xla_vectorises_rows_in_units"
+        monkeypatch,
+        "xla_widens_column_indices",
+        "xla_vectorises_linear_indices",
+        "xla_splits_loops",
+        "xla_vectorises_rows_in_units",
     )
 
 

@@ -16,7 +16,7 @@ from jax import export
 from jax.test_util import check_grads
 
 import jax_gather
-from jax_gather import _cpu, _cpu_columns, _lowering, plans
+from jax_gather import _cpu, _cpu_columns, _cpu_linear, _lowering, plans
 from tests import ops_table, reference
 from tests.compat import enable_x64
 from tests.programs import bits, module_for, random_bits
@@ -41,6 +41,8 @@ R = _cpu.SHORT_ROWS_MIN_BYTES // 64
 # The column lowerings are chosen only where XLA widens indices in the loop (a fact of the CPU).
 WIDENS = _cpu.xla_widens_column_indices()
 COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
+# The linear index forward only where XLA computes it in vector instructions (a fact of the CPU).
+BY_LINEAR = {ND_LINEAR} if _cpu.xla_vectorises_linear_indices() else set()
 # The two-loop fill only where XLA splits loops into tasks (a process on two cores or more).
 SPLIT = {TWO_LOOPS} if _cpu.xla_splits_loops() else set()
 
@@ -100,13 +102,14 @@ SELECTIONS = [
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, 9, 2), 2), {LINEAR, ND_PAD}),
     ((4, 5), np.float32, plans.gather_nd_plan((4, 5), (4, 9, 1), 1), {LINEAR, ND_PAD}),
     ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), {LINEAR}),  # bf16 selects
-    # From T index tuples, GatherND after batch dims reads by one linear index, and selects the fill.
-    ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, ND_LINEAR}),
+    # From T index tuples, GatherND after batch dims selects the fill, and reads by one linear
+    # index where XLA computes it in vector instructions.
+    ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, *BY_LINEAR}),
     ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4 - 1, 2), 1), {LINEAR, ND_PAD}),
-    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, ND_LINEAR}),
+    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, *BY_LINEAR}),
     ((4, 5, 6), jnp.int4, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR}),  # XLA widens all
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, T // 20 + 1, 2), 2),
-     {LINEAR, ND_LINEAR}),
+     {LINEAR, *BY_LINEAR}),
     ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (T, 3), 0), {LINEAR, *SPLIT}),  # no batch dims
     ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), {LINEAR}),
     ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (5, 40), 1), {LINEAR}),
@@ -132,7 +135,8 @@ SELECTIONS = [
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (2048, 2)), {LINEAR}),
     ((64, 64, 1), jnp.int4, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # converted to bytes
     ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), set()),  # rows
-    ((8, 64, 64), ml_dtypes.bfloat16, plans.gather_nd_plan((8, 64, 64), (8, 512, 2), 1), {LINEAR, ND_LINEAR}),
+    ((8, 64, 64), ml_dtypes.bfloat16, plans.gather_nd_plan((8, 64, 64), (8, 512, 2), 1),
+     {LINEAR, *BY_LINEAR}),
 ]
 # fmt: on
 
@@ -235,7 +239,8 @@ PROGRAMS = [
      ("50x32xi8", "200x1xui64") if WIDENS else ("50x32xi8", "200x1xi32"), ("50x32xi8", "200x1xi32")),
     ("batched GatherND by linear index",
      lambda d, i: jax_gather.gather_nd(d, i, 1, mode="promise_in_bounds"), np.zeros((4, 5, 6), np.float32),
-     np.zeros((4, T // 4, 2), np.int32), _gathers, ("120xf32", f"4x{T // 4}x1xi32"),
+     np.zeros((4, T // 4, 2), np.int32), _gathers,
+     ("120xf32", f"4x{T // 4}x1xi32") if BY_LINEAR else ("4x5x6xf32", f"4x{T // 4}x2xi32"),
      ("4x5x6xf32", f"4x{T // 4}x2xi32")),
     ("moved axis derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
      np.zeros((6, 300), np.float32), np.zeros((200,), np.int32),
@@ -352,7 +357,16 @@ def test_every_mode_through_short_rows():
         jax_gather.checked(jax.jit(lambda d, i: jax_gather.gather(d, i)))(data, bad)
 
 
-def test_every_mode_through_the_batched_linear_index():
+@pytest.mark.parametrize("vectorises", [True, False])
+def test_the_batched_linear_index_is_chosen_only_where_xla_vectorises_it(vectorises, monkeypatch):
+    monkeypatch.setattr(_cpu, "xla_vectorises_linear_indices", lambda: vectorises)
+    plan = plans.gather_nd_plan((4, 6, 7), (4, T // 4, 2), 1)
+    site = _cpu.Site(plan, (4, 6, 7), np.dtype(np.float32), x64=False, cpu_devices=1)
+    names = _cpu._choose.__wrapped__(site, frozenset()).names  # past the cache of choices
+    assert names == (({LINEAR, ND_LINEAR} if vectorises else {LINEAR}) if ON else set())  # the select fills
+
+
+def test_every_mode_through_the_batched_linear_index(lowerings_on_any_cpu):
     data = np.arange(4 * 6 * 7, dtype=np.float32).reshape(4, 6, 7)
     indices = make_wild_indices((4, T // 4, 2), (6, 7), np.int32, seed=4)
     assert (
@@ -637,7 +651,7 @@ def test_int64_linear_offsets_address_the_same_elements():
         data = rng.standard_normal((3, 5, 6)).astype(np.float32)
         indices = make_indices((3, 20, 2), (5, 6), np.int64, seed=5) % np.array([5, 6])
         plan = plans.gather_nd_plan(data.shape, indices.shape, 1)
-        out = jax.jit(lambda d, i: _cpu._by_linear_index(d, i, plan, dtype=jnp.int64))(data, indices)
+        out = jax.jit(lambda d, i: _cpu_linear.by_linear_index(d, i, plan, dtype=jnp.int64))(data, indices)
         np.testing.assert_array_equal(np.asarray(out), reference.gather_nd(data, indices, 1))
 
 

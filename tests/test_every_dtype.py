@@ -8,6 +8,7 @@ zeros and the padding bits of sub-byte types included.
 """
 
 import math
+import platform
 
 import jax
 import ml_dtypes
@@ -19,6 +20,7 @@ import jax_gather
 from jax_gather import _cpu, _cpu_columns
 from tests import reference
 from tests.compat import enable_x64
+from tests.programs import stdout_with_cpu_devices
 from tests.strategies import make_indices, make_wild_indices
 
 _FLOAT8 = [n for n in dir(ml_dtypes) if n.startswith("float8_") and hasattr(jax.numpy, n)]
@@ -166,3 +168,29 @@ def test_every_dtype_byte_order_width_count_and_mode_is_exact(dtype, data):
         np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
     assert table.dtype == before.dtype
     np.testing.assert_array_equal(table.view(np.uint8), before.view(np.uint8))  # never mutated
+
+
+WITHOUT_F16C = """
+import jax, numpy as np, jax_gather
+from tests import reference
+rng = np.random.default_rng(0)
+for name in ("float4_e2m1fn", "float8_e3m4", "float8_e4m3", "float8_e5m2", "bfloat16"):
+    dtype = np.dtype(getattr(jax.numpy, name))
+    bits = jax.numpy.finfo(dtype).bits
+    data = rng.integers(0, 2**bits, (7, 3)).astype(f"u{dtype.itemsize}").view(dtype)
+    ids = np.array([0, 6, -7, 9, -8, 3])
+    for mode in ("fill", "clip"):
+        expected = reference.gather(data, ids, 0, mode=mode, fill=-2.0).tobytes()
+        for fn in (jax_gather.gather, jax.jit(jax_gather.gather, static_argnames="mode")):
+            assert np.asarray(fn(data, ids, mode=mode, fill_value=-2.0)).tobytes() == expected, (name, mode)
+print("bit for bit")
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="XLA's x86 instruction sets")
+def test_the_narrow_floats_on_a_cpu_without_f16c(monkeypatch):
+    # Without F16C (XLA_FLAGS=--xla_cpu_max_isa=SSE4_2), XLA:CPU cannot compile its conversions
+    # from float16, through which it gathers and selects float4 and most float8 types (there
+    # jnp.take of them fails): the library gathers and selects their bit patterns instead.
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=SSE4_2")
+    assert stdout_with_cpu_devices(WITHOUT_F16C, devices=1).strip() == "bit for bit"
