@@ -43,15 +43,21 @@ def lowered_for_cpu(fn: Callable[..., Any], *arguments: tuple[tuple[int, ...], A
     return jax.jit(fn).lower(*(jax.ShapeDtypeStruct(s, t, sharding=cpu) for s, t in arguments))
 
 
+# XLA dumps the LLVM IR of each kernel where asked to: from JAX 0.11 only for the emitters that
+# ``xla_dump_emitter_re`` names, an option JAX before 0.5 may not know. "llvm" names the LLVM IR
+# alone: ".*" also prints each emitter's MLIR, which XLA:CPU 0.11 and 0.12 do on threads that race
+# (std::terminate, "pure virtual method called": a process aborted in 2 of 3 runs of 60 such
+# compiles on a loaded CPU, in none of 12 with "llvm").
+IR_DUMP_OPTIONS: tuple[dict[str, str], ...] = ({"xla_dump_emitter_re": "llvm"}, {})
+
+
 def kernel_irs(lowered: Any) -> list[str]:
     """The LLVM IR, after LLVM's optimisations, of each kernel XLA:CPU compiles for ``lowered``
-    (empty for None, or where this JAX cannot dump it). XLA dumps it with the program where
-    asked to; from JAX 0.11 only for the emitters that ``xla_dump_emitter_re`` names, an option
-    JAX before 0.5 may not know."""
+    (empty for None, or where this JAX cannot dump it)."""
     import glob
     import tempfile
 
-    for extra in ({"xla_dump_emitter_re": ".*"}, {}) if lowered is not None else ():
+    for extra in IR_DUMP_OPTIONS if lowered is not None else ():
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 lowered.compile(compiler_options={"xla_dump_to": tmp, **extra})
