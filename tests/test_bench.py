@@ -376,3 +376,9 @@ def test_slower_needs_the_whole_interval_past_the_a_a_band():
     assert grid.slower(row, "checked")
     assert not grid.slower(row | {"aa_interval": (0.9, 1.15, 0.9)}, "checked")
     assert not grid.slower(row | {"checked": 1.04, "checked_interval": (1.02, 1.06, 0.9)}, "checked")
+
+
+def test_the_machine_record_names_the_xla_flags_it_ran_under(monkeypatch):
+    # A run under --xla_cpu_max_isa measures code for fewer vector extensions than the CPU has.
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
+    assert bench.describe_machine()["xla_flags"] == "--xla_cpu_max_isa=AVX2"

@@ -25,6 +25,8 @@ def describe_machine() -> dict[str, Any]:
         "machine": platform.machine(),
         "processor": _cpu_model() or platform.processor() or platform.machine(),
         "vector_extensions": _vector_extensions(),
+        # --xla_cpu_max_isa=AVX2 makes XLA compile for fewer extensions than the CPU has
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
 
 
