@@ -73,6 +73,15 @@ def usable_cores() -> int:
     return cores or 1
 
 
+def kernel_ir_holds(
+    pattern: re.Pattern, fn: Callable[..., Any], *arguments: tuple[tuple[int, ...], Any]
+) -> bool:
+    """Whether the LLVM IR of a kernel XLA:CPU compiles for ``fn`` on arguments of these (shape,
+    dtype) holds ``pattern``: how a fact of this CPU and JAX is asked, once a process (false
+    without a CPU backend)."""
+    return any(pattern.search(ir) for ir in kernel_irs(lowered_for_cpu(fn, *arguments)))
+
+
 JAX_RELEASE = tuple(int(part) for part in re.findall(r"\d+", jax.__version__)[:3])
 
 # Fact: JAX's CPU client aliases a C-contiguous NumPy array whose data is aligned to this many

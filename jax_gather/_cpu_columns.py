@@ -17,7 +17,7 @@ from jax import lax
 from jax._src import core as _jax_core
 from jax.interpreters import batching, mlir
 
-from jax_gather._cpu_client import kernel_irs, lowered_for_cpu
+from jax_gather._cpu_client import kernel_ir_holds
 from jax_gather._lowering import PROMISE, direct
 from jax_gather._x64 import x64_enabled
 from jax_gather.plans import GatherPlan, gather_plan
@@ -58,8 +58,7 @@ def xla_widens_column_indices() -> bool:
     the vector loop of a column gather (what the column lowerings rest on)."""
     plan = gather_plan((64, 4096), (1024,), 1)
     column_gather = lambda d, i: direct(d, jnp.minimum(i, 4095)[..., None], plan)
-    lowered = lowered_for_cpu(column_gather, ((64, 4096), jnp.int8), ((1024,), jnp.int32))
-    return any(WIDENED_INDICES.search(ir) for ir in kernel_irs(lowered))  # none without a CPU
+    return kernel_ir_holds(WIDENED_INDICES, column_gather, ((64, 4096), jnp.int8), ((1024,), jnp.int32))
 
 
 def reads_columns(shape: tuple, plan: GatherPlan) -> bool:
