@@ -48,7 +48,7 @@ from jax_gather._cpu_columns import (
 from jax_gather._cpu_linear import by_linear_index, linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, xla_vectorises_rows_in_units
 from jax_gather._fill import narrow_float, selected_as_bits
-from jax_gather._lowering import GENERIC, Lowering, direct, masked
+from jax_gather._lowering import GENERIC, Lowering, direct, fill_pin, masked
 from jax_gather._traced_bounds import axis_sizes
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan, gather_plan
@@ -461,4 +461,5 @@ def _fill_after_written_slots(
 ) -> jax.Array:
     sizes = axis_sizes(plan, slots.dtype)
     ok = jnp.all(slots < sizes, axis=-1)
-    return masked(ok, direct(data, jnp.minimum(slots, sizes - 1), plan), fill, plan)
+    out = direct(data, jnp.minimum(slots, sizes - 1), plan)
+    return masked(ok, out, fill, plan, pin=fill_pin(data, plan, slots))

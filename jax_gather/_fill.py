@@ -234,7 +234,9 @@ def _traced_fits(value: jax.Array, dtype: np.dtype) -> jax.Array | None:
     return ok
 
 
-def select_exact(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> jax.Array:
+def select_exact(
+    mask: jax.Array, on_true: jax.Array, on_false: jax.Array, zeros: jax.Array | None = None
+) -> jax.Array:
     """``jnp.where(mask, on_true, on_false)`` that keeps every bit of the values it selects.
 
     XLA computes a select of some float types in a wider one, which rewrites NaN payloads
@@ -244,9 +246,18 @@ def select_exact(mask: jax.Array, on_true: jax.Array, on_false: jax.Array) -> ja
     element more, which can take a short program to JAX's worker thread), except on a CPU
     whose XLA selects the type as it is (:func:`xla_cpu_converts_select`). float4_e2m1fn has
     no NaN to rewrite: its bits are selected only where XLA:CPU cannot compile its select (no
-    F16C, see gathered_as_bits)."""
-    if not selected_as_bits(np.dtype(on_true.dtype)):
-        if not _has_nan_payloads(np.dtype(on_true.dtype)):
+    F16C, see gathered_as_bits). Where XLA:CPU moves single elements of the type through a
+    wider one (:func:`xla_cpu_keeps_bits`), the selected bits are pinned on the CPU
+    (:func:`pinned_bits`) by ``zeros`` (:func:`opaque_zeros` of the indices, spread to the
+    output's shape; none: not pinned)."""
+    dtype = np.dtype(on_true.dtype)
+    if zeros is not None and not xla_cpu_keeps_bits(dtype):
+        default = functools.partial(select_exact, zeros=None)
+        return lax.platform_dependent(
+            mask, on_true, on_false, zeros, cpu=_select_pinned, default=lambda m, t, f, _: default(m, t, f)
+        )
+    if not selected_as_bits(dtype):
+        if not _has_nan_payloads(dtype):
             return jnp.where(mask, on_true, on_false)
         return lax.platform_dependent(mask, on_true, on_false, cpu=jnp.where, default=_select_bits)
     return _select_bits(mask, on_true, on_false)
@@ -297,7 +308,11 @@ def gathered_as_bits(dtype: np.dtype) -> bool:
     NaN payloads (the float8 types with several NaNs from JAX 0.11: float16 and back) or does
     not compile (a CPU without F16C: XLA's JIT lacks the function its conversions from float16
     call, XLA_FLAGS=--xla_cpu_max_isa=SSE4_2; there ``jnp.take`` of those types fails)."""
-    return narrow_float(dtype) and bits_type(dtype) is not None and not _xla_cpu_gathers_exactly(dtype)
+    if not narrow_float(dtype) or bits_type(dtype) is None:
+        return False
+    if not _xla_cpu_gathers_exactly(dtype):
+        return True
+    return xla_cpu_converts_select(dtype) and not xla_cpu_keeps_bits(dtype)
 
 
 def bits_type(dtype: np.dtype) -> Any:
@@ -323,6 +338,99 @@ def _xla_cpu_gathers_exactly(dtype: np.dtype) -> bool:
     except RuntimeError:  # XLA:CPU cannot compile the gather for this CPU
         return False
     return bool((out.view(width) == patterns[::-1]).all())
+
+
+def xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
+    """Whether XLA:CPU, in this JAX and on this CPU, keeps every bit pattern of ``dtype`` where
+    it moves single elements: asked once per process and type, for the float types other than
+    float16, 32 and 64, by two small programs on the patterns a trip through float32 may
+    change (a few ms); true for every other type and where no CPU backend answers.
+
+    Fact (JAX 0.10 to 0.12, x86-64): XLA:CPU moves bfloat16 one element at a time through
+    float32 (LLVM has no scalar bfloat16 register) where a loop is unrolled into scalar moves:
+    a gather from a table of one row (XLA's broadcast) and the ends of a select's loop over
+    short rows. That quiets signalling NaNs on any x86-64 CPU, and flushes subnormals to zero
+    on one with AVX512_BF16, whose conversion instruction does; ``jnp.take`` and
+    ``jnp.broadcast_to`` lose the same bits. Even between bitcasts to uint16: XLA and LLVM
+    fold them away."""
+    if not narrow_float(dtype) or bits_type(dtype) is None:
+        return True
+    return _xla_cpu_keeps_bits(dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
+    width = np.dtype(f"uint{8 * dtype.itemsize}")  # how NumPy stores it
+    patterns = np.arange(2 ** int(jnp.finfo(dtype).bits), dtype=width)
+    values = patterns.view(dtype).astype(np.float32)
+    info = jnp.finfo(dtype)
+    quiet = 1 << max(int(info.nmant) - 1, 0)  # the top bit of the mantissa: set in a quiet NaN
+    signalling = patterns[np.isnan(values) & ((patterns & quiet) == 0)]
+    subnormal = patterns[(values != 0) & (np.abs(values) < float(info.smallest_normal))]
+    groups = [p for p in (signalling, subnormal) if p.size]
+    if not groups:
+        return True
+    rows = np.stack([np.resize(p[:: max(1, p.size // 64)], 64) for p in (groups[0], groups[-1])])
+    ids = np.arange(129, dtype=np.int32) % 2
+    bits = lambda x: lax.bitcast_convert_type(x, bits_type(dtype))
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:  # no CPU backend
+        return True
+    try:
+        with jax.ensure_compile_time_eval():  # run now, also while a trace is open
+            table = jax.device_put(rows.view(dtype), cpu)
+            spread = jax.jit(lambda t: jnp.broadcast_to(t[:1], (129, 64)))(table)
+            selected = jax.jit(
+                lambda t, i: lax.bitcast_convert_type(jnp.where(i[:, None] >= 0, bits(t)[i], 0), dtype)
+            )(table, jax.device_put(ids, cpu))
+            out = [jax.device_get(a).view(width) for a in (spread, selected)]
+    except RuntimeError:  # XLA:CPU cannot compile them for this CPU (see gathered_as_bits)
+        return False
+    return bool((out[0] == rows[0]).all() and (out[1] == rows[ids]).all())
+
+
+def opaque_zeros(x: jax.Array) -> jax.Array:
+    """Zeros of ``x``'s shape, unsigned integers of its width, that neither XLA nor LLVM can
+    prove to be zeros: an exclusive or with them keeps a loop moving integers where both would
+    fold the bitcasts around a gather or select of a type :func:`xla_cpu_keeps_bits` finds
+    moved through a wider one.
+
+    Each is the sign bit of ``abs(v | 1)``, for ``v`` the element of ``x`` as a signed integer:
+    ``v | 1`` is never the most negative integer, so its absolute value is never negative.
+    ``x`` holds run-time values (the indices): from a constant XLA computes them as it compiles."""
+    width = int(jnp.iinfo(x.dtype).bits)
+    signed, unsigned = {
+        4: (jnp.int4, jnp.uint4),
+        8: (jnp.int8, jnp.uint8),
+        16: (jnp.int16, jnp.uint16),
+        32: (jnp.int32, jnp.uint32),
+        64: (jnp.int64, jnp.uint64),
+    }[width]
+    v = lax.bitcast_convert_type(x, signed)
+    zeros = lax.shift_right_logical(jnp.abs(v | 1), np.asarray(width - 1, signed))
+    return lax.bitcast_convert_type(zeros, unsigned)
+
+
+def pinned_bits(bits: jax.Array, zeros: jax.Array) -> jax.Array:
+    """``bits`` (an unsigned integer array) as they are, through an exclusive or with
+    ``zeros`` (:func:`opaque_zeros`, broadcast to their shape): one flop an element in XLA's
+    cost analysis."""
+    return bits ^ zeros.astype(bits.dtype)
+
+
+@jax.custom_jvp
+def _select_pinned(mask: jax.Array, on_true: jax.Array, on_false: jax.Array, zeros: jax.Array) -> jax.Array:
+    bits = lambda x: lax.bitcast_convert_type(x, bits_type(x.dtype))
+    selected = jnp.where(mask, bits(on_true), bits(on_false))
+    return lax.bitcast_convert_type(pinned_bits(selected, zeros), on_true.dtype)
+
+
+@_select_pinned.defjvp
+def _select_pinned_jvp(primals, tangents):
+    mask = primals[0]
+    _, true_dot, false_dot, _ = tangents
+    return _select_pinned(*primals), jnp.where(mask, true_dot, false_dot)
 
 
 @jax.custom_jvp

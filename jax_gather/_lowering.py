@@ -12,15 +12,25 @@ derivative it names; it never asks why.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather._fill import bits_type, gathered_as_bits, select_exact
+from jax_gather._fill import (
+    bits_type,
+    gathered_as_bits,
+    opaque_zeros,
+    pinned_bits,
+    select_exact,
+    xla_cpu_keeps_bits,
+)
 from jax_gather._traced_bounds import in_range_vectors, index_vectors
 from jax_gather.plans import GatherPlan
 
@@ -29,12 +39,26 @@ PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
 FillFn = Callable[[jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
 
+# Set while a derivative rule traces its tangent: JAX transposes a tangent one operation at a
+# time, and a bitcast has none, so a tangent is gathered and selected as it is (its NaN
+# payloads are no result's).
+_TANGENT = contextvars.ContextVar("tangent", default=False)
+
+
+@contextlib.contextmanager
+def _tracing_tangent() -> Iterator[None]:
+    token = _TANGENT.set(True)
+    try:
+        yield
+    finally:
+        _TANGENT.reset(token)
+
 
 def direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     """The plan's ``lax.gather`` on in-bounds index vectors: the generic lowering's, and what
     each CPU lowering ends in, on its own data and indices. On bit patterns where XLA would
     rewrite NaN payloads (:func:`jax_gather._fill.gathered_as_bits`)."""
-    if gathered_as_bits(np.dtype(data.dtype)):
+    if gathered_as_bits(np.dtype(data.dtype)) and not _TANGENT.get():
         return _direct_on_bits(data, idx, plan)
     return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
 
@@ -51,6 +75,41 @@ def _direct_on_bits_jvp(plan, primals, tangents):
     (data, idx), (data_dot, _) = primals, tangents
     tangent = lax.gather(data_dot, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
     return _direct_on_bits(data, idx, plan), tangent
+
+
+def _one_slice(data: jax.Array, plan: GatherPlan) -> bool:
+    """Whether every index reads the same slice of non-empty ``data`` (each indexed axis of size
+    1), a gather XLA rewrites as a broadcast; False for a symbolic axis."""
+    sizes = [data.shape[d] for d in plan.dimension_numbers.start_index_map]
+    known = all(isinstance(n, int) for n in data.shape)
+    return known and 0 not in data.shape and all(n == 1 for n in sizes)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _one_slice_pinned(data: jax.Array, idx: jax.Array, zeros: jax.Array, plan: GatherPlan) -> jax.Array:
+    """The gather from one slice on bit patterns, pinned (see jax_gather._fill.xla_cpu_keeps_bits)."""
+    bits = lax.bitcast_convert_type(data, bits_type(data.dtype))
+    out = lax.gather(bits, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
+    return lax.bitcast_convert_type(pinned_bits(out, zeros), data.dtype)
+
+
+@_one_slice_pinned.defjvp
+def _one_slice_pinned_jvp(plan, primals, tangents):
+    idx = primals[1]
+    tangent = lax.gather(tangents[0], idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
+    return _one_slice_pinned(*primals, plan), tangent
+
+
+def _spread(per_index: jax.Array, plan: GatherPlan) -> jax.Array:
+    """One value per index (or index tuple) broadcast over the slice dims of the output."""
+    offset_dims = plan.dimension_numbers.offset_dims
+    batch_positions = tuple(d for d in range(len(plan.output_shape)) if d not in offset_dims)
+    return lax.broadcast_in_dim(per_index, plan.output_shape, batch_positions)
+
+
+def per_index(indices: jax.Array, plan: GatherPlan) -> jax.Array:
+    """The first component of each index tuple, or each index: one value per output slice."""
+    return indices[..., 0] if plan.tuple_indices else indices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +149,17 @@ def gather(
     normalised, see :func:`jax_gather._traced_bounds.clamp_pays`); with ``in_range``, indices
     known to be in [0, s-1] are read as they are."""
     if in_range:
-        return _gather(data, in_range_vectors(plan, indices), plan, low)
-    return _gather(data, index_vectors(plan, indices, clip=clip, unclamped=unclamped), plan, low)
+        idx = in_range_vectors(plan, indices)
+    else:
+        idx = index_vectors(plan, indices, clip=clip, unclamped=unclamped)
+    if not xla_cpu_keeps_bits(np.dtype(data.dtype)) and not _TANGENT.get() and _one_slice(data, plan):
+        # XLA makes this gather a broadcast, of single elements: pinned on the CPU.
+        zeros = _spread(opaque_zeros(per_index(indices, plan)), plan)
+        pinned = functools.partial(_one_slice_pinned, plan=plan)
+        return lax.platform_dependent(
+            data, idx, zeros, cpu=pinned, default=lambda d, i, _: _gather(d, i, plan, low)
+        )
+    return _gather(data, idx, plan, low)
 
 
 def gather_or_fill(
@@ -101,11 +169,11 @@ def gather_or_fill(
     is False."""
     idx = index_vectors(plan, indices, clip=False)
     if low.fill is None:
-        return _select_fill(data, idx, ok, fill, plan, low)
+        return _select_fill(data, idx, ok, fill, indices, plan, low)
     slots = index_vectors(plan, indices, clip=False, past_end=True)
 
     def generic(data, idx, slots, ok, fill):
-        return _select_fill(data, idx, ok, fill, plan, low)
+        return _select_fill(data, idx, ok, fill, indices, plan, low)
 
     cpu = functools.partial(_fill_on_cpu, plan=plan, low=low)
     return lax.platform_dependent(data, idx, slots, ok, fill, cpu=cpu, default=generic)
@@ -137,21 +205,46 @@ def _replaced(data: jax.Array, idx: jax.Array, plan: GatherPlan, low: Lowering) 
 def _replaced_jvp(plan, low, primals, tangents):
     data, idx = primals
     data_dot, _ = tangents  # integer indices have no tangent
-    return _replaced(data, idx, plan, low), _on_cpu(low.derivative, data_dot, idx, plan)
+    with _tracing_tangent():
+        tangent = _on_cpu(low.derivative, data_dot, idx, plan)
+    return _replaced(data, idx, plan, low), tangent
 
 
 def _select_fill(
-    data: jax.Array, idx: jax.Array, ok: jax.Array, fill: jax.Array, plan: GatherPlan, low: Lowering
+    data: jax.Array,
+    idx: jax.Array,
+    ok: jax.Array,
+    fill: jax.Array,
+    indices: jax.Array,
+    plan: GatherPlan,
+    low: Lowering,
 ) -> jax.Array:
-    return masked(ok, _gather(data, idx, plan, low), fill, plan)
+    return masked(ok, _gather(data, idx, plan, low), fill, plan, pin=fill_pin(data, plan, indices))
 
 
-def masked(ok: jax.Array, out: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
-    """``out`` where ``ok``, broadcast over the slice dims of the output, else ``fill``."""
-    offset_dims = plan.dimension_numbers.offset_dims
-    batch_positions = tuple(d for d in range(len(plan.output_shape)) if d not in offset_dims)
-    mask = lax.broadcast_in_dim(ok, plan.output_shape, batch_positions)
-    return select_exact(mask, out, fill)
+def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array | None:
+    """One run-time integer per index (``per_index``) where the select of "fill" needs its bits
+    pinned (:func:`jax_gather._fill.xla_cpu_keeps_bits`): over slices of more than one element,
+    a loop XLA:CPU unrolls into single moves for short rows, or from one slice (a broadcast).
+    None where each index reads one element of its own: that select runs in vector code (every
+    bit kept, bfloat16 pairs and element gathers, rows of 1: tests/test_every_dtype.py)."""
+    if xla_cpu_keeps_bits(np.dtype(data.dtype)):
+        return None
+    single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
+    return per_index(indices, plan) if not single or _one_slice(data, plan) else None
+
+
+def masked(
+    ok: jax.Array, out: jax.Array, fill: jax.Array, plan: GatherPlan, pin: jax.Array | None = None
+) -> jax.Array:
+    """``out`` where ``ok``, broadcast over the slice dims of the output, else ``fill``. ``pin``,
+    one run-time integer per index (``per_index`` of the indices, as ``ok``), pins the selected
+    bits where they need it (:func:`jax_gather._fill.select_exact`)."""
+    mask = _spread(ok, plan)
+    if _TANGENT.get():
+        return jnp.where(mask, out, fill)
+    zeros = None if pin is None or not pin.size else _spread(opaque_zeros(pin), plan)
+    return select_exact(mask, out, fill, zeros)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
@@ -174,5 +267,6 @@ def _fill_on_cpu(
 def _fill_on_cpu_jvp(plan, low, primals, tangents):
     _, idx, _, ok, _ = primals
     data_dot, _, _, _, fill_dot = tangents
-    tangent = masked(ok, _on_cpu(low.derivative, data_dot, idx, plan), fill_dot, plan)
+    with _tracing_tangent():
+        tangent = masked(ok, _on_cpu(low.derivative, data_dot, idx, plan), fill_dot, plan)
     return _fill_on_cpu(*primals, plan, low), tangent

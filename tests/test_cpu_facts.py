@@ -394,9 +394,10 @@ def test_xla_vectorises_the_linear_indices_of_a_batched_gather_nd_where_the_libr
 def test_xla_gathers_bfloat16_through_float32_where_it_selects_it_so():
     # Why bfloat16 keeps the select: in a padded loop each element would be widened and rounded
     # back on its own, measured slower than the select (JAX 0.10). From JAX 0.11 XLA:CPU gathers
-    # and selects bfloat16 as it is; the pads are not measured there for it, and not taken.
+    # and selects bfloat16 as it is; the pads are not measured there for it, and not taken. (The
+    # library gathers bfloat16 on its bits where XLA converts it: see _fill.gathered_as_bits.)
     data, indices = np.zeros((64, 48), jnp.bfloat16), np.zeros((9, 2), np.int32)
-    text = _compiled_text(_direct(plans.gather_nd_plan, 0), data, indices)
+    text = _compiled_text(lambda d, i: d[i[:, 0], i[:, 1]], data, indices)
     gathers = re.findall(r"= (\w+)\[[\d,]*\]\S* gather\(", text)
     if _fill.xla_cpu_converts_select(np.dtype(jnp.bfloat16)):
         assert gathers == ["f32"] and re.search(r"= f32\[64,48\]\S* convert\(", text), text
@@ -409,11 +410,11 @@ NAN_PAYLOAD_TYPES = [np.dtype(t) for t in (jnp.bfloat16, jnp.float8_e4m3fn, jnp.
 
 @pytest.mark.parametrize("dtype", NAN_PAYLOAD_TYPES, ids=str)
 def test_a_select_xla_cpu_computes_as_it_is_keeps_every_bit(dtype):
-    # Why select_exact selects bit patterns only where XLA:CPU converts the type for a select:
-    # where it does not (bfloat16 from JAX 0.11), a plain select keeps every bit pattern, NaN
-    # payloads included, and the bitcasts would only add to the flops that decide whether a
-    # short program runs on JAX's worker thread (a lookup of 128 bfloat16 columns: 1152 flops,
-    # 56 us, against jnp's 896, 4 us).
+    # Why select_exact selects bit patterns only where XLA:CPU converts the type for a select, or
+    # moves single elements of it through another (xla_cpu_keeps_bits, below): elsewhere a plain
+    # select keeps every bit pattern, NaN payloads included, and the bitcasts would only add to
+    # the flops that decide whether a short program runs on JAX's worker thread (a lookup of 128
+    # bfloat16 columns: 1152 flops, 56 us, against jnp's 896, 4 us).
     width = np.dtype(f"uint{8 * dtype.itemsize}")
     patterns = np.arange(2 ** (8 * dtype.itemsize), dtype=width)
     mask, values = _on_cpu(np.ones(patterns.size, bool), patterns.view(dtype))
@@ -424,7 +425,55 @@ def test_a_select_xla_cpu_computes_as_it_is_keeps_every_bit(dtype):
         lambda d, i: jax_gather.gather(d, i, mode="fill"), np.zeros(64, dtype), np.zeros(9, np.int32)
     )
     bits_selected = re.search(rf"= u{8 * dtype.itemsize}\[[\d,]*\]\S* bitcast-convert\(", fill)
-    assert bool(bits_selected) == _fill.xla_cpu_converts_select(dtype), fill
+    on_bits = _fill.xla_cpu_converts_select(dtype) or not _fill.xla_cpu_keeps_bits(dtype)
+    assert bool(bits_selected) == on_bits, fill
+
+
+def _changeable_bfloat16() -> np.ndarray:
+    """64 bfloat16 bit patterns a trip through float32 may change: signalling NaNs (quieted
+    on any x86-64 CPU) and subnormals (flushed to zero by AVX512_BF16's conversion)."""
+    snan = np.arange(0x7F81, 0x7FA1, dtype=np.uint16)
+    subnormal = np.arange(0x0001, 0x0021, dtype=np.uint16)
+    return np.concatenate([snan, subnormal])
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="XLA:CPU on x86-64")
+def test_xla_cpu_moves_single_bfloat16_elements_through_float32():
+    # The fact behind pinned_bits: jnp's own gather from a table of one row (a broadcast, once
+    # XLA has simplified it) quiets a signalling NaN, even between bitcasts to uint16, which XLA
+    # folds away. When XLA:CPU keeps them, xla_cpu_keeps_bits says so and nothing is pinned.
+    row = _changeable_bfloat16()[None]
+    ids = np.zeros(129, np.int32)
+    bits = lambda x, t: lax.bitcast_convert_type(x, t)
+    on_bits = lambda d, i: bits(bits(d, jnp.uint16)[i], jnp.bfloat16)
+    for gather in (lambda d, i: d[i], on_bits):
+        out = np.asarray(jax.jit(gather)(*_on_cpu(row.view(jnp.bfloat16), ids))).view(np.uint16)
+        assert (out != row).any(), "XLA:CPU keeps bfloat16's bits: the pin can go (_fill.xla_cpu_keeps_bits)"
+    assert not _fill.xla_cpu_keeps_bits(np.dtype(jnp.bfloat16))
+
+
+@pytest.mark.parametrize("mode", ["promise_in_bounds", "fill"])
+def test_the_library_loses_bfloat16_bits_unpinned_only_where_xla_cpu_keeps_bits_says(mode, monkeypatch):
+    # Without the pin (the probe answering "keeps"), a gather from one row in any mode, and the
+    # select of "fill" over rows of 64, lose bit patterns where the probe says XLA:CPU does.
+    patterns = _changeable_bfloat16()
+    data = (patterns[None] if mode == "promise_in_bounds" else np.stack([patterns, patterns[::-1]])).view(
+        jnp.bfloat16
+    )
+    ids = np.arange(129, dtype=np.int32) % data.shape[0]
+    expected = data.view(np.uint16)[ids]
+    gather = lambda d, i: jax_gather.gather(d, i, 0, mode=mode)
+    pinned = np.asarray(jax.jit(gather)(*_on_cpu(data, ids))).view(np.uint16)
+    np.testing.assert_array_equal(pinned, expected)
+    keeps = _fill.xla_cpu_keeps_bits(np.dtype(jnp.bfloat16))
+    monkeypatch.setattr(_fill, "_xla_cpu_keeps_bits", lambda dtype: True)
+    jax.clear_caches()  # the op's programs traced with the pin
+    try:
+        unpinned = np.asarray(jax.jit(gather)(*_on_cpu(data, ids))).view(np.uint16)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    assert (unpinned != expected).any() == (not keeps)
 
 
 # ---- columns_by_written_indices, column_fill_from_pad -------------------------------------------

@@ -602,16 +602,20 @@ def test_gradients_to_second_order(op, shape, indices, attribute, mode):
     check_grads(loss, (data, np.float32(-2.0)), order=2, modes=("fwd", "rev"), eps=1.0, atol=1e-3, rtol=1e-3)
 
 
-def test_bfloat16_gradient_through_the_select():
+@pytest.mark.parametrize("mode", ["fill", "clip"])
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e5m2], ids=str)
+def test_narrow_float_gradient_through_the_bit_pattern_gather_and_select(dtype, mode):
+    # A narrow float is gathered and selected as bit patterns where XLA:CPU would change them
+    # (_fill.gathered_as_bits, select_exact); its tangent is not, as a bitcast has no transpose.
     rng = np.random.default_rng(9)
-    data = rng.standard_normal((6, 7)).astype(ml_dtypes.bfloat16)
+    data = rng.standard_normal((6, 7)).astype(dtype)
     indices = make_wild_indices((6, 7), 6, np.int32, 10)
-    cotangent = rng.standard_normal((6, 7)).astype(np.float32)
-    fn = lambda d: jax_gather.gather_elements(d, indices, 0, mode="fill", fill_value=0.0)
+    cotangent = rng.integers(-2, 3, (6, 7)).astype(np.float32)  # sums exact in float8_e5m2 too
+    fn = lambda d: jax_gather.gather_elements(d, indices, 0, mode=mode, fill_value=0.0)
     grad = jax.jit(jax.grad(lambda d: jnp.sum(fn(d).astype(jnp.float32) * cotangent)))(data)
-    ct = cotangent.astype(ml_dtypes.bfloat16).astype(np.float64)
-    expected = _reference_grad(_read_positions("gather_elements", (6, 7), indices, 0, "fill"), (6, 7), ct)
-    np.testing.assert_allclose(np.asarray(grad).astype(np.float64), expected, rtol=2e-2, atol=2e-2)
+    positions = _read_positions("gather_elements", (6, 7), indices, 0, mode)
+    expected = _reference_grad(positions, (6, 7), cotangent)
+    np.testing.assert_array_equal(np.asarray(grad).astype(np.float64), expected)
 
 
 def test_under_vmap_and_checkify():

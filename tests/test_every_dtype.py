@@ -55,14 +55,24 @@ def _bits(dtype: np.dtype) -> int:
 
 
 def _random_values(rng: np.random.Generator, dtype: np.dtype, shape: tuple) -> np.ndarray:
-    """Every bit pattern of the dtype is as likely (NaNs with payloads, infinities, -0 too)."""
+    """Every bit pattern of the dtype can be drawn; for a float type a quarter of the elements
+    get an exponent field of zeros (subnormals, signed zeros) and a quarter one of ones (NaNs
+    with payloads, signalling ones included, and infinities): the patterns a move through
+    another float type may change, which uniform bits would seldom draw."""
     bits = _bits(dtype)
     if dtype == np.bool_:
         return rng.random(shape) < 0.5
     if bits < 8:  # sub-byte types: a value per element, from every pattern of its bits
         return _sub_byte_values(dtype)[rng.integers(0, 2**bits, shape)]
-    raw = rng.integers(0, 256, (*shape, dtype.itemsize), dtype=np.uint8)
-    return raw.view(dtype).reshape(shape)
+    raw = rng.integers(0, 256, (*shape, dtype.itemsize), dtype=np.uint8).view(dtype).reshape(shape)
+    if dtype.kind in "fc" or dtype.name.startswith(("bfloat", "float")):
+        part = ml_dtypes.finfo(np.dtype(jax.numpy.finfo(dtype).dtype))  # a complex type's parts
+        words = raw.view(f"u{part.bits // 8}")  # the same memory
+        field = ((1 << part.nexp) - 1) << part.nmant
+        pick = rng.random(words.shape)
+        words[pick < 0.25] &= ~np.asarray(field, words.dtype)
+        words[(pick >= 0.25) & (pick < 0.5)] |= np.asarray(field, words.dtype)
+    return raw
 
 
 def _sub_byte_values(dtype: np.dtype) -> np.ndarray:

@@ -1,0 +1,55 @@
+"""benchmarks/pinned_bits.py: each row times the pinned program against the unpinned one.
+
+What can fail here is a row whose programs no longer compute the same values, a row where the
+pin no longer applies (then the design doc compares a program with itself), or a script that no
+longer runs; the timings are the script's business."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+
+from jax_gather import _fill
+
+_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "pinned_bits.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("pinned_bits", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+pinned_bits = _load()
+
+
+@pytest.mark.skipif(
+    _fill.xla_cpu_keeps_bits(np.dtype(ml_dtypes.bfloat16)) or jax.default_backend() != "cpu",
+    reason="XLA:CPU keeps bfloat16's bits here: nothing is pinned",
+)
+@pytest.mark.parametrize("name", ["gather rows of 16, 128 ids", "gather from one row of 64, 512 ids"])
+def test_a_row_agrees_and_times(name):
+    _, shape, index_shape, op = next(c for c in pinned_bits.cases() if c[0] == name)
+    row = pinned_bits.run_case(shape, index_shape, op, rounds=1)
+    for key in ("without_us", "ratio", "aa", "over_jnp"):
+        assert np.isfinite(row[key]) and row[key] > 0, (key, row)
+
+
+def test_a_row_the_pin_does_not_apply_to_is_caught(monkeypatch):
+    monkeypatch.setattr(_fill, "_xla_cpu_keeps_bits", lambda dtype: True)
+    jax.clear_caches()  # the op's programs traced with the pin
+    _, shape, index_shape, op = pinned_bits.cases()[0]
+    try:
+        with pytest.raises(ValueError, match="does not apply"):
+            pinned_bits.run_case(shape, index_shape, op, rounds=1)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
