@@ -3,13 +3,13 @@
     python benchmarks/pinned_bits.py [--rounds N] [--only TEXT]
 
 Where XLA:CPU moves single bfloat16 elements through float32 (``_fill.xla_cpu_keeps_bits``),
-the select of "fill" and a gather from one slice work on bit patterns pinned by
-``_fill.pinned_bits``. Each row times, under ``jit`` in "fill", the library's program ("with"),
-the program it compiles where the probe is made to answer that XLA keeps the bits ("without":
-no pin, and the gather as XLA:CPU makes it), and "with" compiled again (A/A), in interleaved
-paired rounds (``bench.paired_rounds``), beside jnp's "fill" of the same gather. Printed: the
-median over rounds of with / without, of A/A ("with" compiled again / "with") and of with / jnp,
-each with its distribution-free interval. docs/design.md quotes a run.
+the select of "fill" works on bit patterns pinned by ``_fill.pinned_bits``. Each row times,
+under ``jit`` in "fill", the library's program ("with"), the program it compiles where the probe
+is made to answer that XLA keeps the bits ("without": no pin, and the gather as XLA:CPU makes
+it), and "with" compiled again (A/A), in interleaved paired rounds (``bench.paired_rounds``),
+beside jnp's "fill" of the same gather. Printed: the median over rounds of with / without, of
+A/A ("with" compiled again / "with") and of with / jnp, each with its distribution-free
+interval. docs/design.md quotes a run.
 """
 
 from __future__ import annotations

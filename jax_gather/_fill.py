@@ -307,12 +307,9 @@ def gathered_as_bits(dtype: np.dtype) -> bool:
     float16, 32 and 64 that XLA:CPU gathers through a wider type and back, where that rewrites
     NaN payloads (the float8 types with several NaNs from JAX 0.11: float16 and back) or does
     not compile (a CPU without F16C: XLA's JIT lacks the function its conversions from float16
-    call, XLA_FLAGS=--xla_cpu_max_isa=SSE4_2; there ``jnp.take`` of those types fails)."""
-    if not narrow_float(dtype) or bits_type(dtype) is None:
-        return False
-    if not _xla_cpu_gathers_exactly(dtype):
-        return True
-    return xla_cpu_converts_select(dtype) and not xla_cpu_keeps_bits(dtype)
+    call, XLA_FLAGS=--xla_cpu_max_isa=SSE4_2; there ``jnp.take`` of those types fails). (The
+    gather before a pinned select is of bit patterns too: jax_gather._lowering._BEFORE_A_PIN.)"""
+    return narrow_float(dtype) and bits_type(dtype) is not None and not _xla_cpu_gathers_exactly(dtype)
 
 
 def bits_type(dtype: np.dtype) -> Any:
@@ -327,17 +324,21 @@ def _xla_cpu_gathers_exactly(dtype: np.dtype) -> bool:
     width = np.dtype(f"uint{8 * dtype.itemsize}")  # how NumPy stores it
     patterns = np.arange(2 ** int(jnp.finfo(dtype).bits), dtype=width)
     try:
-        cpu = jax.devices("cpu")[0]
-    except RuntimeError:  # no CPU backend
-        return True
-    try:
-        with jax.ensure_compile_time_eval():  # run now, also while a trace is open
-            data = jax.device_put(patterns.view(dtype), cpu)
-            ids = jax.device_put(patterns[::-1].astype(np.int32), cpu)
-            out = jax.device_get(jax.jit(lambda d, i: d[i])(data, ids))
+        out = _run_on_cpu(lambda d, i: d[i], patterns.view(dtype), patterns[::-1].astype(np.int32))
     except RuntimeError:  # XLA:CPU cannot compile the gather for this CPU
         return False
-    return bool((out.view(width) == patterns[::-1]).all())
+    return out is None or bool((out.view(width) == patterns[::-1]).all())
+
+
+def _run_on_cpu(fn: Any, *arrays: np.ndarray) -> Any:
+    """``jax.jit(fn)`` run now on the CPU, also while a trace is open, its outputs fetched; None
+    where the process has no CPU backend (a RuntimeError where XLA:CPU cannot compile it)."""
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:  # no CPU backend
+        return None
+    with jax.ensure_compile_time_eval():
+        return jax.device_get(jax.jit(fn)(*(jax.device_put(a, cpu) for a in arrays)))
 
 
 def xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
@@ -373,21 +374,19 @@ def _xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
     rows = np.stack([np.resize(p[:: max(1, p.size // 64)], 64) for p in (groups[0], groups[-1])])
     ids = np.arange(129, dtype=np.int32) % 2
     bits = lambda x: lax.bitcast_convert_type(x, bits_type(dtype))
+
+    def spread_and_selected(t: jax.Array, i: jax.Array) -> tuple[jax.Array, jax.Array]:
+        selected = jnp.where(i[:, None] >= 0, bits(t)[i], 0)
+        return jnp.broadcast_to(t[:1], (129, 64)), lax.bitcast_convert_type(selected, dtype)
+
     try:
-        cpu = jax.devices("cpu")[0]
-    except RuntimeError:  # no CPU backend
-        return True
-    try:
-        with jax.ensure_compile_time_eval():  # run now, also while a trace is open
-            table = jax.device_put(rows.view(dtype), cpu)
-            spread = jax.jit(lambda t: jnp.broadcast_to(t[:1], (129, 64)))(table)
-            selected = jax.jit(
-                lambda t, i: lax.bitcast_convert_type(jnp.where(i[:, None] >= 0, bits(t)[i], 0), dtype)
-            )(table, jax.device_put(ids, cpu))
-            out = [jax.device_get(a).view(width) for a in (spread, selected)]
+        out = _run_on_cpu(spread_and_selected, rows.view(dtype), ids)
     except RuntimeError:  # XLA:CPU cannot compile them for this CPU (see gathered_as_bits)
         return False
-    return bool((out[0] == rows[0]).all() and (out[1] == rows[ids]).all())
+    if out is None:
+        return True
+    spread, selected = (np.asarray(a).view(width) for a in out)
+    return bool((spread == rows[0]).all() and (selected == rows[ids]).all())
 
 
 def opaque_zeros(x: jax.Array) -> jax.Array:

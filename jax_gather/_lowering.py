@@ -27,8 +27,8 @@ from jax_gather._fill import (
     bits_type,
     gathered_as_bits,
     opaque_zeros,
-    pinned_bits,
     select_exact,
+    xla_cpu_converts_select,
     xla_cpu_keeps_bits,
 )
 from jax_gather._traced_bounds import in_range_vectors, index_vectors
@@ -38,6 +38,11 @@ PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
 GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
 FillFn = Callable[[jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
+
+# Set while the gather a pinned select follows is traced, where XLA:CPU would gather the type
+# through a wider one (bfloat16 through float32 before JAX 0.11): converted back at a loop's
+# scalar ends, the bits are lost before the select could keep them.
+_BEFORE_A_PIN = contextvars.ContextVar("before_a_pin", default=False)
 
 # Set while a derivative rule traces its tangent: JAX transposes a tangent one operation at a
 # time, and a bitcast has none, so a tangent is gathered and selected as it is (its NaN
@@ -58,7 +63,7 @@ def direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
     """The plan's ``lax.gather`` on in-bounds index vectors: the generic lowering's, and what
     each CPU lowering ends in, on its own data and indices. On bit patterns where XLA would
     rewrite NaN payloads (:func:`jax_gather._fill.gathered_as_bits`)."""
-    if gathered_as_bits(np.dtype(data.dtype)) and not _TANGENT.get():
+    if (gathered_as_bits(np.dtype(data.dtype)) or _BEFORE_A_PIN.get()) and not _TANGENT.get():
         return _direct_on_bits(data, idx, plan)
     return lax.gather(data, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
 
@@ -83,21 +88,6 @@ def _one_slice(data: jax.Array, plan: GatherPlan) -> bool:
     sizes = [data.shape[d] for d in plan.dimension_numbers.start_index_map]
     known = all(isinstance(n, int) for n in data.shape)
     return known and 0 not in data.shape and all(n == 1 for n in sizes)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
-def _one_slice_pinned(data: jax.Array, idx: jax.Array, zeros: jax.Array, plan: GatherPlan) -> jax.Array:
-    """The gather from one slice on bit patterns, pinned (see jax_gather._fill.xla_cpu_keeps_bits)."""
-    bits = lax.bitcast_convert_type(data, bits_type(data.dtype))
-    out = lax.gather(bits, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
-    return lax.bitcast_convert_type(pinned_bits(out, zeros), data.dtype)
-
-
-@_one_slice_pinned.defjvp
-def _one_slice_pinned_jvp(plan, primals, tangents):
-    idx = primals[1]
-    tangent = lax.gather(tangents[0], idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
-    return _one_slice_pinned(*primals, plan), tangent
 
 
 def _spread(per_index: jax.Array, plan: GatherPlan) -> jax.Array:
@@ -152,13 +142,6 @@ def gather(
         idx = in_range_vectors(plan, indices)
     else:
         idx = index_vectors(plan, indices, clip=clip, unclamped=unclamped)
-    if not xla_cpu_keeps_bits(np.dtype(data.dtype)) and not _TANGENT.get() and _one_slice(data, plan):
-        # XLA makes this gather a broadcast, of single elements: pinned on the CPU.
-        zeros = _spread(opaque_zeros(per_index(indices, plan)), plan)
-        pinned = functools.partial(_one_slice_pinned, plan=plan)
-        return lax.platform_dependent(
-            data, idx, zeros, cpu=pinned, default=lambda d, i, _: _gather(d, i, plan, low)
-        )
     return _gather(data, idx, plan, low)
 
 
@@ -219,7 +202,13 @@ def _select_fill(
     plan: GatherPlan,
     low: Lowering,
 ) -> jax.Array:
-    return masked(ok, _gather(data, idx, plan, low), fill, plan, pin=fill_pin(data, plan, indices))
+    pin = fill_pin(data, plan, indices)
+    token = _BEFORE_A_PIN.set(pin is not None and xla_cpu_converts_select(np.dtype(data.dtype)))
+    try:
+        out = _gather(data, idx, plan, low)
+    finally:
+        _BEFORE_A_PIN.reset(token)
+    return masked(ok, out, fill, plan, pin=pin)
 
 
 def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array | None:
