@@ -51,12 +51,13 @@ _TANGENT = contextvars.ContextVar("tangent", default=False)
 
 
 @contextlib.contextmanager
-def _tracing_tangent() -> Iterator[None]:
-    token = _TANGENT.set(True)
+def _while(flag: contextvars.ContextVar[bool], value: bool = True) -> Iterator[None]:
+    """``flag`` set to ``value`` while the body traces."""
+    token = flag.set(value)
     try:
         yield
     finally:
-        _TANGENT.reset(token)
+        flag.reset(token)
 
 
 def direct(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
@@ -139,10 +140,8 @@ def gather(
     normalised, see :func:`jax_gather._traced_bounds.clamp_pays`); with ``in_range``, indices
     known to be in [0, s-1] are read as they are."""
     if in_range:
-        idx = in_range_vectors(plan, indices)
-    else:
-        idx = index_vectors(plan, indices, clip=clip, unclamped=unclamped)
-    return _gather(data, idx, plan, low)
+        return _gather(data, in_range_vectors(plan, indices), plan, low)
+    return _gather(data, index_vectors(plan, indices, clip=clip, unclamped=unclamped), plan, low)
 
 
 def gather_or_fill(
@@ -188,7 +187,7 @@ def _replaced(data: jax.Array, idx: jax.Array, plan: GatherPlan, low: Lowering) 
 def _replaced_jvp(plan, low, primals, tangents):
     data, idx = primals
     data_dot, _ = tangents  # integer indices have no tangent
-    with _tracing_tangent():
+    with _while(_TANGENT):
         tangent = _on_cpu(low.derivative, data_dot, idx, plan)
     return _replaced(data, idx, plan, low), tangent
 
@@ -203,11 +202,8 @@ def _select_fill(
     low: Lowering,
 ) -> jax.Array:
     pin = fill_pin(data, plan, indices)
-    token = _BEFORE_A_PIN.set(pin is not None and xla_cpu_converts_select(np.dtype(data.dtype)))
-    try:
+    with _while(_BEFORE_A_PIN, pin is not None and xla_cpu_converts_select(np.dtype(data.dtype))):
         out = _gather(data, idx, plan, low)
-    finally:
-        _BEFORE_A_PIN.reset(token)
     return masked(ok, out, fill, plan, pin=pin)
 
 
@@ -256,6 +252,6 @@ def _fill_on_cpu(
 def _fill_on_cpu_jvp(plan, low, primals, tangents):
     _, idx, _, ok, _ = primals
     data_dot, _, _, _, fill_dot = tangents
-    with _tracing_tangent():
+    with _while(_TANGENT):
         tangent = masked(ok, _on_cpu(low.derivative, data_dot, idx, plan), fill_dot, plan)
     return _fill_on_cpu(*primals, plan, low), tangent
