@@ -18,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import ml_dtypes
@@ -30,20 +30,38 @@ from jax_gather import _fill, bench
 Fn = Callable[[jax.Array, jax.Array], jax.Array]
 
 
-def cases() -> list[tuple[str, tuple[int, ...], tuple[int, ...], Fn]]:
-    """(name, data shape, indices shape, op): rows of 4 to 1024 from 16 to 8192 ids, columns,
-    GatherND rows, and a table of one row. (A gather of one element an index is not pinned.)"""
-    rows = lambda d, i: jax_gather.gather(d, i, 0, mode="fill")
-    out: list[tuple[str, tuple[int, ...], tuple[int, ...], Fn]] = [
-        (f"gather rows of {w}, {n} ids", (4096, w), (n,), rows)
+class Case(NamedTuple):
+    name: str
+    shape: tuple[int, ...]
+    index_shape: tuple[int, ...]
+    axis: int  # the axis the indices read
+    op: Fn  # the library's "fill"
+    peer: Fn  # the same gather written with jnp, in "fill" (NaN, the library's default fill)
+
+
+def _gather(name: str, shape: tuple[int, ...], n: int, axis: int) -> Case:
+    op = lambda d, i: jax_gather.gather(d, i, axis, mode="fill")
+    peer = lambda d, i: jax.numpy.take(d, i, axis, mode="fill", fill_value=jax.numpy.nan)
+    return Case(name, shape, (n,), axis, op, peer)
+
+
+def _rows_nd(name: str, shape: tuple[int, ...], n: int) -> Case:
+    op = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
+    peer = lambda d, i: d.at[i[:, 0]].get(mode="fill", fill_value=jax.numpy.nan)
+    return Case(name, shape, (n, 1), 0, op, peer)
+
+
+def cases() -> list[Case]:
+    """Rows of 4 to 1024 from 16 to 8192 ids, columns, GatherND rows, and a table of one row.
+    (A gather of one element an index is not pinned.)"""
+    out = [
+        _gather(f"gather rows of {w}, {n} ids", (4096, w), n, 0)
         for w in (4, 16, 64, 1024)
         for n in (16, 128, 512, 2048, 8192)
     ]
-    columns = lambda d, i: jax_gather.gather(d, i, 1, mode="fill")
-    out += [(f"gather {n} of 1024 columns", (512, 1024), (n,), columns) for n in (16, 256, 2048)]
-    nd = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
-    out += [(f"gather_nd {n} rows of 64", (4096, 64), (n, 1), nd) for n in (16, 512, 4096)]
-    out += [("gather from one row of 64, 512 ids", (1, 64), (512,), rows)]
+    out += [_gather(f"gather {n} of 1024 columns", (512, 1024), n, 1) for n in (16, 256, 2048)]
+    out += [_rows_nd(f"gather_nd {n} rows of 64", (4096, 64), n) for n in (16, 512, 4096)]
+    out += [_gather("gather from one row of 64, 512 ids", (1, 64), 512, 0)]
     return out
 
 
@@ -60,14 +78,6 @@ def _unpinned() -> Iterator[None]:
         jax.clear_caches()
 
 
-def jnp_fill(shape: tuple[int, ...], index_shape: tuple[int, ...], op: Fn) -> Fn:
-    """The same gather written with jnp, in "fill" (NaN, as the library's default fill)."""
-    if len(index_shape) == 2 and index_shape[1] == 1:  # gather_nd of rows
-        return lambda d, i: d.at[i[:, 0]].get(mode="fill", fill_value=jax.numpy.nan)
-    axis = 1 if shape == (512, 1024) else 0
-    return lambda d, i: jax.numpy.take(d, i, axis, mode="fill", fill_value=jax.numpy.nan)
-
-
 def _compiled(fn: Fn, d: jax.Array, i: jax.Array) -> Callable[[], Any]:
     compiled = jax.jit(fn).lower(d, i).compile()
     call = lambda: compiled(d, i).block_until_ready()
@@ -75,15 +85,15 @@ def _compiled(fn: Fn, d: jax.Array, i: jax.Array) -> Callable[[], Any]:
     return call
 
 
-def run_case(shape: tuple[int, ...], index_shape: tuple[int, ...], op: Fn, rounds: int) -> dict[str, Any]:
+def run_case(case: Case, rounds: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
-    d = jax.numpy.asarray(rng.standard_normal(shape).astype(ml_dtypes.bfloat16))
-    axis_size = shape[1] if len(index_shape) == 2 and index_shape[1] != 1 else shape[0]
-    i = jax.numpy.asarray(rng.integers(-axis_size, axis_size, index_shape).astype(np.int32))
+    op, size = case.op, case.shape[case.axis]
+    d = jax.numpy.asarray(rng.standard_normal(case.shape).astype(ml_dtypes.bfloat16))
+    i = jax.numpy.asarray(rng.integers(-size, size, case.index_shape).astype(np.int32))
     with_, again = _compiled(op, d, i), _compiled(lambda a, b: op(a, b), d, i)
     with _unpinned():
         without = _compiled(lambda a, b: op(a, b), d, i)
-    peer = _compiled(jnp_fill(shape, index_shape, op), d, i)
+    peer = _compiled(case.peer, d, i)
     if "xor(" not in with_.text or "xor(" in without.text:  # type: ignore[attr-defined]
         raise ValueError("the pin does not apply here: both programs are the same")
     calls = {"with": with_, "A/A": again, "without": without, "jnp": peer}
@@ -112,14 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="only the cases whose name holds this text")
     args = parser.parse_args(argv)
     print(f"XLA:CPU keeps bfloat16's bits: {_fill.xla_cpu_keeps_bits(np.dtype(ml_dtypes.bfloat16))}")
-    for name, shape, index_shape, op in cases():
-        if args.only not in name:
+    for case in cases():
+        if args.only not in case.name:
             continue
-        r = run_case(shape, index_shape, op, args.rounds)
+        r = run_case(case, args.rounds)
         lo, hi, _ = r["interval"]
         alo, ahi, _ = r["aa_interval"]
         print(
-            f"{name:40s} without {r['without_us']:8.1f} us   with / without {r['ratio']:.2f} "
+            f"{case.name:40s} without {r['without_us']:8.1f} us   with / without {r['ratio']:.2f} "
             f"({lo:.2f}-{hi:.2f})   A/A {r['aa']:.2f} ({alo:.2f}-{ahi:.2f})   "
             f"with / jnp {r['over_jnp']:.2f} ({r['jnp_interval'][0]:.2f}-{r['jnp_interval'][1]:.2f})",
             flush=True,

@@ -37,8 +37,8 @@ pinned_bits = _load()
 )
 @pytest.mark.parametrize("name", ["gather rows of 16, 128 ids", "gather from one row of 64, 512 ids"])
 def test_a_row_agrees_and_times(name):
-    _, shape, index_shape, op = next(c for c in pinned_bits.cases() if c[0] == name)
-    row = pinned_bits.run_case(shape, index_shape, op, rounds=1)
+    case = next(c for c in pinned_bits.cases() if c.name == name)
+    row = pinned_bits.run_case(case, rounds=1)
     for key in ("without_us", "ratio", "aa", "over_jnp"):
         assert np.isfinite(row[key]) and row[key] > 0, (key, row)
 
@@ -46,10 +46,9 @@ def test_a_row_agrees_and_times(name):
 def test_a_row_the_pin_does_not_apply_to_is_caught(monkeypatch):
     monkeypatch.setattr(_fill, "_xla_cpu_keeps_bits", lambda dtype: True)
     jax.clear_caches()  # the op's programs traced with the pin
-    _, shape, index_shape, op = pinned_bits.cases()[0]
     try:
         with pytest.raises(ValueError, match="does not apply"):
-            pinned_bits.run_case(shape, index_shape, op, rounds=1)
+            pinned_bits.run_case(pinned_bits.cases()[0], rounds=1)
     finally:
         monkeypatch.undo()
         jax.clear_caches()
