@@ -59,9 +59,12 @@ SHORT_ROWS = range(16, 65)
 # Fact: XLA's cost analysis counts the bitcasts to bytes on every element of data, which makes
 # XLA:CPU split the gather's loop into one task per core (its parallel task assignment); waking
 # the other cores costs more than the vector copy saves below this many bytes of output, where
-# the generic loop runs as one task. Measured over the grid (docs/performance.md): 64 KiB
-# 1.4-2.6x slower, 128 KiB level, 256 KiB and up 0.5-0.8x.
-SHORT_ROWS_MIN_BYTES = 256 << 10
+# the generic loop runs as one task. The copy saves more a byte where the scalar moves it
+# replaces are of one byte. Measured over the grid (docs/performance.md): 64 KiB 1.4-2.6x
+# slower, 128 KiB level; at 256 KiB int8 0.59-0.96 of the time without it, but bfloat16 and
+# float32 0.77-1.77 (an AMD EPYC); from 512 KiB those 0.70-1.07.
+SHORT_ROWS_MIN_BYTES = 512 << 10
+SHORT_ROWS_MIN_BYTES_OF_BYTES = 256 << 10  # for one-byte data
 # The index arithmetic costs at most 7 flops per index component (int64 indices), so a row
 # lookup of this many components stays under INLINE_FLOPS once it has no select of the fill.
 _INDEX_FLOPS = 7
@@ -133,12 +136,17 @@ class Row(NamedTuple):
 
 
 def _short_rows(site: Site) -> bool:
-    """Rows of 16-64 elements taken whole, for an output of SHORT_ROWS_MIN_BYTES or more: below,
-    the tasks cost more than the copy saves."""
+    """Rows of 16-64 elements taken whole, for an output of short_rows_min_bytes or more:
+    below, the tasks cost more than the copy saves."""
     plan, shape, dtype = site.plan, site.shape, site.dtype
     rows = _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
-    big = rows and _output_bytes(plan, dtype) >= SHORT_ROWS_MIN_BYTES
+    big = rows and _output_bytes(plan, dtype) >= short_rows_min_bytes(dtype)
     return big and xla_vectorises_rows_in_units()  # a fact of this JAX and CPU: asked last, once
+
+
+def short_rows_min_bytes(dtype: Any) -> int:
+    """The output size from which ``short_rows_in_bytes`` is chosen for ``dtype``'s data."""
+    return SHORT_ROWS_MIN_BYTES_OF_BYTES if np.dtype(dtype).itemsize == 1 else SHORT_ROWS_MIN_BYTES
 
 
 def _columns(site: Site) -> bool:

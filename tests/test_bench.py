@@ -353,6 +353,12 @@ def test_remeasure_times_the_flagged_cells_and_the_highest_again(tmp_path):
     )
     rows = [row(fast, 0.5, 0.4), row(flagged, 1.5, 1.3)]
     assert [grid.slower(r, "checked") for r in rows] == [False, True]
+    # Beyond the top: the medians above REMEASURED_ABOVE, flagged or not, and no other.
+    picked = lambda rows: [(r["cell"][1], r["mode"]) for r in grid.remeasure(rows, rounds=2, top=0)]
+    high = row(fast, 1.3, 0.5)
+    assert not grid.slower(high, "checked") and high["checked"] > grid.REMEASURED_ABOVE
+    assert picked([row(fast, 1.2, 0.5)]) == []
+    assert picked([high]) == [("float32", "checked"), ("float32", "promise_in_bounds")]
     path = tmp_path / "grid.json"
     path.write_text(json.dumps({"grid": rows}))
     argv = ["bench", "--grid", "--remeasure", str(path), "--rounds", "2", "--no-tune-allocator"]

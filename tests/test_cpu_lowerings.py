@@ -36,8 +36,10 @@ T = _cpu.BATCHED_ND_LINEAR_TUPLES
 HUGE = (32769, 65536)
 S = _cpu.SHORT_LOOKUP_INDICES
 ROWS_PER_INDEX = _cpu_columns.COLUMN_ROWS
-# Ids enough for rows of 64 bytes to reach SHORT_ROWS_MIN_BYTES of output (4096).
+# Ids enough for rows of 64 bytes to reach SHORT_ROWS_MIN_BYTES of output (8192), and rows of 32
+# bytes of one-byte data to reach SHORT_ROWS_MIN_BYTES_OF_BYTES.
 R = _cpu.SHORT_ROWS_MIN_BYTES // 64
+assert _cpu.SHORT_ROWS_MIN_BYTES_OF_BYTES // 32 == R
 # The column lowerings are chosen only where XLA widens indices in the loop (a fact of the CPU).
 WIDENS = _cpu.xla_widens_column_indices()
 COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
@@ -62,8 +64,10 @@ SELECTIONS = [
     ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (R,), 0), {ROWS}),
     ((100, 512), ml_dtypes.bfloat16, plans.gather_plan((100, 512), (R,), 0), set()),
     ((100, 32), np.int64, plans.gather_plan((100, 32), (R,), 0), {ROWS}),
-    ((100, 32), np.int8, plans.gather_plan((100, 32), (2 * R,), 0), {ROWS}),
-    ((100, 32), np.int8, plans.gather_plan((100, 32), (R,), 0), set()),  # 128 KiB
+    ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (R - 1,), 0), set()),  # 2 bytes: 512 KiB
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (R,), 0), {ROWS}),  # 1 byte: 256 KiB
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (R - 1,), 0), set()),
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (R // 2,), 0), set()),  # 128 KiB
     # A short lookup's fill comes from a pad.
     ((100, 32), np.int8, plans.gather_plan((100, 32), (30,), 0), {LOOKUP_PAD}),
     # Not where the select keeps the lookup under INLINE_FLOPS anyway (224 + 7 * 7 flops).

@@ -41,8 +41,6 @@ WIDTHS = sorted(
 )
 COUNTS = sorted({1, _cpu.SHORT_LOOKUP_INDICES, _cpu.SHORT_LOOKUP_INDICES + 1, 300})
 COLUMN_ROWS = sorted({1, *(_cpu_columns.COLUMN_ROWS + d for d in (-1, 0, 1))})
-# Outputs about the short rows' output size, where _cpu has one (index counts beyond COUNTS).
-MIN_BYTES = _cpu.SHORT_ROWS_MIN_BYTES
 EXAMPLES_PER_DTYPE = max(3, settings().max_examples // 10)
 
 
@@ -102,9 +100,9 @@ def cases(draw, dtype):
     op = draw(st.sampled_from(["rows", "columns", "nd_rows", "elements"]))
     width = draw(st.sampled_from(WIDTHS))
     count = draw(st.sampled_from(COUNTS))
-    if op == "rows" and MIN_BYTES and draw(st.integers(0, 4)) == 0:
-        # About the output size from which short rows are read in bytes.
-        at = math.ceil(MIN_BYTES * 8 / (width * _bits(dtype)))
+    if op == "rows" and draw(st.integers(0, 4)) == 0:
+        # About the output size from which short rows are read in bytes (counts beyond COUNTS).
+        at = math.ceil(_cpu.short_rows_min_bytes(dtype) * 8 / (width * _bits(dtype)))
         count = draw(st.sampled_from([at - 1, at]))
     rows = draw(st.sampled_from(COLUMN_ROWS if op == "columns" else [1, 3, 10]))
     mode = draw(st.sampled_from(MODES))
