@@ -81,6 +81,11 @@ CACHE_LINE = 64
 # 1.08x the time without columns_by_written_indices over 16 rows (2 KiB of output), 1.05x over
 # 32, 1.00x over 64 (8 KiB), 0.87x over 128. Their fill from a pad pays at every size.
 COLUMNS_MIN_BYTES = 8 << 10
+# Fact: the written indices (8 bytes each, twice the int32 indices they replace) are read again
+# for every row; past 2 MiB of them they come from memory. Measured (AMD EPYC, rows of 16-64):
+# at 2**18 ids 0.84-1.02 of the time without the column lowerings, at 2**19 0.92-1.21, at 2**20
+# 0.93-1.29 (1- and 2-byte data, both modes).
+COLUMNS_MAX_INDICES = 1 << 18
 # Measured (AMD EPYC with AVX-512): GatherND elements after batch dims, read by one linear index
 # into the whole of data (a one-dim gather whose index XLA:CPU computes in a vector loop there:
 # jax_gather._cpu_linear), took 0.72-0.88 of the time of the gather with batching dims from 65536
@@ -151,12 +156,16 @@ def short_rows_min_bytes(dtype: Any) -> int:
 
 def _columns(site: Site) -> bool:
     """A Gather along the last axis of 1- or 2-byte data, where XLA widens its indices. Not for
-    a short lookup: the reduce-window's flops would send it over INLINE_FLOPS. On one device,
+    a short lookup: the reduce-window's flops would send it over INLINE_FLOPS; nor past
+    COLUMNS_MAX_INDICES ids, whose written indices outgrow the cache. On one device,
     the only place it was measured. For 1- and 2-byte data only: with 4 bytes and more an element
     is read in the time of its index (float32 on an AMD EPYC with AVX-512: 0.85-1.06 without /
-    with, 0.79-0.84 with the padded fill, where int8 gained 1.07-1.21)."""
+    with, 0.79-0.84 with the padded fill, where int8 gained 1.07-1.21). Not for sub-byte types,
+    which XLA:CPU converts to bytes on the way (int4, 16 rows by 8192 ids: 1.04-1.07 without /
+    with, 64 rows level)."""
     columns = reads_columns(site.shape, site.plan) and site.one_device
-    columns = columns and site.components > SHORT_LOOKUP_INDICES and site.dtype.itemsize <= 2
+    columns = columns and SHORT_LOOKUP_INDICES < site.components <= COLUMNS_MAX_INDICES
+    columns = columns and site.dtype.itemsize <= 2 and _bits(site.dtype) >= 8
     return columns and xla_widens_column_indices()  # a CPU's fact: asked last, once a process
 
 

@@ -93,6 +93,10 @@ SELECTIONS = [
     ((63, 32), np.int8, plans.gather_plan((63, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
     ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), {MOVED}),
     ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
+    # Up to COLUMNS_MAX_INDICES ids: past, the written indices come from memory for every row.
+    ((16, 32), np.int8, plans.gather_plan((16, 32), (2**18,), 1), {MOVED, *COLUMN_PAIR}),
+    ((16, 32), np.int8, plans.gather_plan((16, 32), (2**18 + 1,), 1), {MOVED}),
+    ((16, 32), jnp.int4, plans.gather_plan((16, 32), (8192,), 1), {MOVED}),  # converted to bytes
     ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1),
      {MOVED, *COLUMN_PAIR} - {COLUMN_PAD}),  # bfloat16 selects
     ((100, 32, 2), np.int8, plans.gather_plan((100, 32, 2), (S + 1,), 1), {MOVED}),  # rows of 2, not columns
