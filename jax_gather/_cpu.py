@@ -60,7 +60,7 @@ SHORT_ROWS = range(16, 65)
 # XLA:CPU split the gather's loop into one task per core (its parallel task assignment); waking
 # the other cores costs more than the vector copy saves below this many bytes of output, where
 # the generic loop runs as one task. The copy saves more a byte where the scalar moves it
-# replaces are of one byte. Measured over the grid (docs/performance.md): 64 KiB 1.4-2.6x
+# replaces are of one byte. Measured (docs/results/2026-11-design-measurements.md): 64 KiB 1.4-2.6x
 # slower, 128 KiB level; at 256 KiB int8 0.59-0.96 of the time without it, but bfloat16 and
 # float32 0.77-1.77 (an AMD EPYC); from 512 KiB those 0.70-1.07.
 SHORT_ROWS_MIN_BYTES = 512 << 10
@@ -83,7 +83,7 @@ CACHE_LINE = 64
 COLUMNS_MIN_BYTES = 8 << 10
 # Fact: the written indices (8 bytes each, twice the int32 indices they replace) are read again
 # for every row; past 2 MiB of them they come from memory. Measured (AMD EPYC, rows of 16-64):
-# at 2**18 ids 0.84-1.02 of the time without the column lowerings, at 2**19 0.92-1.21, at 2**20
+# at 2**18 ids 0.88-1.11 of the time without the column lowerings, at 2**19 0.92-1.21, at 2**20
 # 0.93-1.29 (1- and 2-byte data, both modes).
 COLUMNS_MAX_INDICES = 1 << 18
 # Measured (AMD EPYC with AVX-512): GatherND elements after batch dims, read by one linear index
