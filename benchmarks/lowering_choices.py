@@ -189,6 +189,12 @@ def choices() -> list[Choice]:
             for dt in (" bfloat16", " int8")  # 1- and 2-byte data only
         ),
         Choice("column_fill_from_pad", "gather axis 1 int8", "default mode", ("column_fill_from_pad",)),
+        Choice(
+            "column_fill_by_the_direct_gather",
+            "gather axis 1 bfloat16",
+            "default mode",
+            ("column_fill_by_the_direct_gather",),
+        ),
         *(
             Choice(
                 "batched_nd_by_linear_index",

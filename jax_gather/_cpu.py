@@ -48,7 +48,7 @@ from jax_gather._cpu_columns import (
 from jax_gather._cpu_linear import by_linear_index, linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, xla_vectorises_rows_in_units
 from jax_gather._fill import narrow_float, selected_as_bits
-from jax_gather._lowering import GENERIC, Lowering, direct, fill_pin, masked
+from jax_gather._lowering import GENERIC, Lowering, direct, fill_pin, masked, select_fill
 from jax_gather._traced_bounds import axis_sizes
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan, gather_plan
@@ -293,6 +293,12 @@ ROWS = (
     Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: _read_fill_from_pad),
     Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: _read_fill_from_pad),
     Row("column_fill_from_pad", "fill", lambda s: _pads(s) and _columns(s), lambda s: _column_fill_from_pad),
+    Row(
+        "column_fill_by_the_direct_gather",
+        "fill",
+        lambda s: not _pads(s) and _columns_forward(s),
+        lambda s: _fill_by_the_direct_gather,
+    ),
     Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: _fill_after_written_slots),
 )
 LOWERINGS = tuple(row.name for row in ROWS)
@@ -466,6 +472,16 @@ def _padded(data: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
 
 def _column_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
     return columns_by_written_indices(_padded(data, fill, plan), slots, plan)
+
+
+def _fill_by_the_direct_gather(
+    data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan
+) -> jax.Array:
+    """The generic gather and its select, where a column gather selects its fill (no pad)."""
+    sizes = axis_sizes(plan, slots.dtype)
+    ok = jnp.all(slots < sizes, axis=-1)
+    per_index = slots if plan.tuple_indices else slots[..., 0]
+    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, per_index, plan, GENERIC)
 
 
 # ---- GatherND's fill in two loops -----------------------------------------------------------------

@@ -151,11 +151,11 @@ def gather_or_fill(
     is False."""
     idx = index_vectors(plan, indices, clip=False)
     if low.fill is None:
-        return _select_fill(data, idx, ok, fill, indices, plan, low)
+        return select_fill(data, idx, ok, fill, indices, plan, low)
     slots = index_vectors(plan, indices, clip=False, past_end=True)
 
     def generic(data, idx, slots, ok, fill):
-        return _select_fill(data, idx, ok, fill, indices, plan, low)
+        return select_fill(data, idx, ok, fill, indices, plan, low)
 
     cpu = functools.partial(_fill_on_cpu, plan=plan, low=low)
     return lax.platform_dependent(data, idx, slots, ok, fill, cpu=cpu, default=generic)
@@ -192,7 +192,7 @@ def _replaced_jvp(plan, low, primals, tangents):
     return _replaced(data, idx, plan, low), tangent
 
 
-def _select_fill(
+def select_fill(
     data: jax.Array,
     idx: jax.Array,
     ok: jax.Array,
@@ -201,6 +201,8 @@ def _select_fill(
     plan: GatherPlan,
     low: Lowering,
 ) -> jax.Array:
+    """The gather of ``low`` on in-bounds index vectors ``idx``, then ``fill`` wherever ``ok``
+    is False (``indices``: the raw indices, or one per index, for the pin)."""
     pin = fill_pin(data, plan, indices)
     with _while(_BEFORE_A_PIN, pin is not None and xla_cpu_converts_select(np.dtype(data.dtype))):
         out = _gather(data, idx, plan, low)

@@ -20,6 +20,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
@@ -572,6 +573,19 @@ def test_xla_computes_the_fill_mask_of_a_column_gather_in_its_loop():
     with _cpu.without("column_fill_from_pad"):
         gather = _computation_with(_compiled_text(columns("fill"), COLUMN_DATA, COLUMN_IDS), "gather")
     assert re.search(r"= pred\[2048\]\S* compare\(", gather) and " select(" in gather, gather
+
+
+@needs_cpu_lowerings
+def test_a_column_gather_before_its_select_reads_two_index_streams_in_one_loop():
+    # Why a column gather that selects its fill (bfloat16: no pad) keeps the generic gather: the
+    # select's mask, recomputed from the indices in the gather's loop, makes that loop read the
+    # 32-bit indices besides the written-out ones.
+    data = COLUMN_DATA.astype(ml_dtypes.bfloat16)
+    with _cpu.without("column_fill_by_the_direct_gather"):
+        gather = _computation_with(_compiled_text(columns("fill"), data, COLUMN_IDS), "gather")
+    params = re.findall(r"= (\w+)\[[\d,]*\]\S* parameter\(", gather)
+    widens = _cpu.xla_widens_column_indices()  # else no column lowering: one stream
+    assert sorted(p for p in params if p in ("s32", "u64")) == (["s32", "u64"] if widens else ["s32"]), gather
 
 
 # ---- linear_derivative ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ needs_cpu_lowerings = pytest.mark.skipif(not ON, reason="the CPU lowerings need 
 ROWS, LINEAR, MOVED = "short_rows_in_bytes", "linear_derivative", "moved_axis_derivative"
 ND_PAD, LOOKUP_PAD = "batched_nd_fill_from_pad", "short_lookup_fill_from_pad"
 COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
+COLUMN_DIRECT = "column_fill_by_the_direct_gather"
 ND_LINEAR, TWO_LOOPS = "batched_nd_by_linear_index", "nd_fill_in_two_loops"
 # Index tuples below which GatherND's fill may run in two loops (16384).
 N2 = _cpu.ND_TWO_LOOPS_TUPLES
@@ -98,7 +99,7 @@ SELECTIONS = [
     ((16, 32), np.int8, plans.gather_plan((16, 32), (2**18 + 1,), 1), {MOVED}),
     ((16, 32), jnp.int4, plans.gather_plan((16, 32), (8192,), 1), {MOVED}),  # converted to bytes
     ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1),
-     {MOVED, *COLUMN_PAIR} - {COLUMN_PAD}),  # bfloat16 selects
+     {MOVED, COLUMNS, COLUMN_DIRECT} if WIDENS else {MOVED}),  # bfloat16 selects, after the generic gather
     ((100, 32, 2), np.int8, plans.gather_plan((100, 32, 2), (S + 1,), 1), {MOVED}),  # rows of 2, not columns
     ((4, 100, 32), np.int8, plans.gather_plan((4, 100, 32), (4, S + 1), 2, batch_dims=1), set()),  # batched
     ((3, 100, 8), np.float16, plans.gather_plan((3, 100, 8), (7,), 2), {MOVED, LOOKUP_PAD}),
@@ -312,16 +313,20 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
                   lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
         COLUMN_PAD: ((20, 300), make_wild_indices((200,), 300, np.int32, 7),
                      lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
+        COLUMN_DIRECT: ((40, 300), make_wild_indices((200,), 300, np.int32, 10),  # COLUMNS_MIN_BYTES
+                        lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
         TWO_LOOPS: ((64, 64), make_wild_indices((4096, 2), (64, 64), np.int32, 9),
                     lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
     }[name]  # fmt: skip
     dtype = np.float16 if name in (COLUMNS, COLUMN_PAD, TWO_LOOPS) else np.float32  # 1-2 bytes
+    dtype = ml_dtypes.bfloat16 if name == COLUMN_DIRECT else dtype  # a narrow float: no pad
     data = rng.standard_normal(data).astype(dtype)
     text = lambda: jax.jit(fn).lower(data, indices).as_text()
-    chosen, out = text(), np.asarray(jax.jit(fn)(data, indices))
+    bits = lambda: np.asarray(jax.jit(fn)(data, indices)).view(np.uint8)  # NaN fills compared too
+    chosen, out = text(), bits()
     with _cpu.without(name):
         assert text() != chosen
-        np.testing.assert_array_equal(np.asarray(jax.jit(fn)(data, indices)), out)
+        np.testing.assert_array_equal(bits(), out)
     assert text() == chosen  # as it was
 
 
