@@ -480,8 +480,8 @@ def _fill_by_the_direct_gather(
     """The generic gather and its select, where a column gather selects its fill (no pad)."""
     sizes = axis_sizes(plan, slots.dtype)
     ok = jnp.all(slots < sizes, axis=-1)
-    per_index = slots if plan.tuple_indices else slots[..., 0]
-    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, per_index, plan, GENERIC)
+    one_per_index = slots[..., 0]  # a Gather's: what the pin reads
+    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, one_per_index, plan, GENERIC)
 
 
 # ---- GatherND's fill in two loops -----------------------------------------------------------------
