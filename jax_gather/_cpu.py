@@ -48,7 +48,7 @@ from jax_gather._cpu_columns import (
 from jax_gather._cpu_linear import by_linear_index, linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, xla_vectorises_rows_in_units
 from jax_gather._fill import narrow_float, selected_as_bits
-from jax_gather._lowering import GENERIC, Lowering, direct, fill_pin, masked, select_fill
+from jax_gather._lowering import GENERIC, Lowering, direct, select_fill
 from jax_gather._traced_bounds import axis_sizes
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan, gather_plan
@@ -297,7 +297,7 @@ ROWS = (
         "column_fill_by_the_direct_gather",
         "fill",
         lambda s: not _pads(s) and _columns_forward(s),
-        lambda s: _fill_by_the_direct_gather,
+        lambda s: _fill_after_written_slots,
     ),
     Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: _fill_after_written_slots),
 )
@@ -474,16 +474,6 @@ def _column_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, pl
     return columns_by_written_indices(_padded(data, fill, plan), slots, plan)
 
 
-def _fill_by_the_direct_gather(
-    data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan
-) -> jax.Array:
-    """The generic gather and its select, where a column gather selects its fill (no pad)."""
-    sizes = axis_sizes(plan, slots.dtype)
-    ok = jnp.all(slots < sizes, axis=-1)
-    one_per_index = slots[..., 0]  # a Gather's: what the pin reads
-    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, one_per_index, plan, GENERIC)
-
-
 # ---- GatherND's fill in two loops -----------------------------------------------------------------
 # The slots (stacked one component at a time: jax_gather._traced_bounds.working_indices) are read
 # twice, for the mask and for the index, so XLA writes them out in a loop of their own.
@@ -492,7 +482,9 @@ def _fill_by_the_direct_gather(
 def _fill_after_written_slots(
     data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan
 ) -> jax.Array:
+    """The generic gather and its select, from the slots: GatherND's fill in two loops, and a
+    column gather's where it selects its fill (no pad)."""
     sizes = axis_sizes(plan, slots.dtype)
     ok = jnp.all(slots < sizes, axis=-1)
-    out = direct(data, jnp.minimum(slots, sizes - 1), plan)
-    return masked(ok, out, fill, plan, pin=fill_pin(data, plan, slots))
+    indices = slots if plan.tuple_indices else slots[..., 0]  # as the pin reads them
+    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, GENERIC)
