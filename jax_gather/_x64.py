@@ -26,7 +26,7 @@ def x64_enabled() -> ContextManager[None]:
 
 def x64_on() -> bool:
     """Whether ``jax_enable_x64`` is on here (in this thread's context)."""
-    return bool(jax.config.read("jax_enable_x64"))
+    return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]  # 0.06 µs; read() 0.1
 
 
 def x64_enabled_if(needed: bool) -> ContextManager[None]:
