@@ -212,8 +212,9 @@ def checked_on_device(
 
     ``where`` is the indices' sharding: on one device that has host memory of its own for
     programs to write into (``pinned_host``), the verdict is written there, so reading it is
-    no copy of its own. On an H200 (JAX 0.11.2) that call took 95-110 µs, against 240 µs for a
-    verdict copied from the device's memory, and ``jnp.take``'s 70 µs."""
+    no copy of its own. On an H200 (JAX 0.11.2) this call took 87-99 µs, ``jnp.take``'s 63-67,
+    and with the verdict copied from the device's memory 191-193
+    (``benchmarks/checked_eager_breakdown.py``)."""
     gathered_and_judged = gather_and_judge_program(plan, programs(Mode.PROMISE_IN_BOUNDS), where)
 
     def call(data: Any, indices: Any) -> Any:
