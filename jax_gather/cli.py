@@ -84,9 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument(
         "--remeasure",
         metavar="FILE",
-        help="with --grid: time again, alone over 15 rounds, the cells of a grid's JSON (--json) "
-        "that were slower past their A/A band, every median above 1.25 and at least the 15 "
-        "highest; written into FILE",
+        help="with --grid: time again, alone over 15 rounds, the cells of FILE (a grid's JSON, "
+        "written by --grid --json) that were slower past their A/A band, every median above "
+        "1.25 and at least the 15 highest; the results are added to FILE",
     )
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
