@@ -7,7 +7,8 @@ of ``ROWS``: its name, the part it replaces (``forward``, ``derivative`` or ``fi
 that says when it applies, and what it puts in that part; for each part the first row whose
 rule holds wins. :func:`lowering` reads the table once per plan and returns a
 :class:`jax_gather._lowering.Lowering`; nothing outside this module knows why. Adding or
-deleting a lowering is adding or deleting its row (and its functions below).
+deleting a lowering is adding or deleting its row (and its functions: below, or in the
+``_cpu_*`` modules).
 
 Each lowering applies only on the CPU platform (through ``lax.platform_dependent``: other
 platforms, and exports for them, get the generic program), and rests on one fact about XLA:CPU
@@ -37,7 +38,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
 from jax_gather._cpu_columns import (
@@ -45,11 +45,11 @@ from jax_gather._cpu_columns import (
     reads_columns,
     xla_widens_column_indices,
 )
+from jax_gather._cpu_fills import column_fill_from_pad, fill_after_written_slots, read_fill_from_pad
 from jax_gather._cpu_linear import by_linear_index, linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, xla_vectorises_rows_in_units
 from jax_gather._fill import narrow_float, selected_as_bits
-from jax_gather._lowering import GENERIC, Lowering, direct, select_fill
-from jax_gather._traced_bounds import axis_sizes
+from jax_gather._lowering import GENERIC, Lowering, direct
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan, gather_plan
 
@@ -86,6 +86,18 @@ COLUMNS_MIN_BYTES = 8 << 10
 # at 2**18 ids 0.88-1.11 of the time without the column lowerings, at 2**19 0.92-1.21, at 2**20
 # 0.93-1.29 (1- and 2-byte data, both modes).
 COLUMNS_MAX_INDICES = 1 << 18
+# Measured (AMD EPYC, int8): under 64 rows, the written indices paid up to 16384 ids (a promise
+# of 16 rows: 0.87-0.93 of the time without) and cost up to 1.38x from 65536 (their fill from a
+# pad 0.67-1.50 from run to run).
+COLUMNS_FEW_ROWS, COLUMNS_FEW_ROWS_MAX_INDICES = 64, 16384
+# Fact: a forward lowering's own flops (the written indices' reduce-window counts 2 an index;
+# short rows' bitcasts and the linear index at least INLINE_FLOPS) can move a program that stays
+# under INLINE_FLOPS without them (the eager checked call's counts none) to a worker thread.
+# Measured (AMD EPYC): a promise of 32-128 int8 rows by 200-256 column ids 2.3-5.8x the time
+# without; eager checked calls 1.5-3.5x (64 int8 rows by 512-1024 column ids, int8 rows of 16 by
+# 16384 ids, 2048 GatherND tuples after a batch dim, float32 rows of 16 by 16384 ids: 1 MiB); from
+# 4 MiB of output the hand-over is paid for (1024 rows by 4096 int8 column ids: 0.85-0.89).
+COLUMN_INDEX_FLOPS, HANDOFF_MIN_BYTES = 2, 4 << 20
 # Measured (AMD EPYC with AVX-512): GatherND elements after batch dims, read by one linear index
 # into the whole of data (a one-dim gather whose index XLA:CPU computes in a vector loop there:
 # jax_gather._cpu_linear), took 0.72-0.88 of the time of the gather with batching dims from 65536
@@ -115,6 +127,7 @@ class Site:
     dtype: np.dtype
     x64: bool
     cpu_devices: int
+    index_flops: int | None = None  # XLA's count per index of the mode's arithmetic; None: a fill
 
     @property
     def one_device(self) -> bool:
@@ -142,11 +155,12 @@ class Row(NamedTuple):
 
 def _short_rows(site: Site) -> bool:
     """Rows of 16-64 elements taken whole, for an output of short_rows_min_bytes or more:
-    below, the tasks cost more than the copy saves."""
+    below, the tasks cost more than the copy saves. Not where its bitcasts would move the
+    program to a worker thread (_hand_over_pays)."""
     plan, shape, dtype = site.plan, site.shape, site.dtype
     rows = _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
     big = rows and _output_bytes(plan, dtype) >= short_rows_min_bytes(dtype)
-    return big and xla_vectorises_rows_in_units()  # a fact of this JAX and CPU: asked last, once
+    return big and _hand_over_pays(site, INLINE_FLOPS) and xla_vectorises_rows_in_units()  # asked last
 
 
 def short_rows_min_bytes(dtype: Any) -> int:
@@ -162,9 +176,11 @@ def _columns(site: Site) -> bool:
     is read in the time of its index (float32 on an AMD EPYC with AVX-512: 0.85-1.06 without /
     with, 0.79-0.84 with the padded fill, where int8 gained 1.07-1.21). Not for sub-byte types,
     which XLA:CPU converts to bytes on the way (int4, 16 rows by 8192 ids: 1.04-1.07 without /
-    with, 64 rows level)."""
+    with, 64 rows level). Under COLUMNS_FEW_ROWS rows, up to COLUMNS_FEW_ROWS_MAX_INDICES ids."""
+    n, rows = site.components, math.prod(site.shape[:-1])
     columns = reads_columns(site.shape, site.plan) and site.one_device
-    columns = columns and SHORT_LOOKUP_INDICES < site.components <= COLUMNS_MAX_INDICES
+    columns = columns and SHORT_LOOKUP_INDICES < n <= COLUMNS_MAX_INDICES
+    columns = columns and (rows >= COLUMNS_FEW_ROWS or n <= COLUMNS_FEW_ROWS_MAX_INDICES)
     columns = columns and site.dtype.itemsize <= 2 and _bits(site.dtype) >= 8
     return columns and xla_widens_column_indices()  # a CPU's fact: asked last, once a process
 
@@ -173,6 +189,16 @@ def _columns_forward(site: Site) -> bool:
     """_columns, for an output of COLUMNS_MIN_BYTES or more: below, the written indices cost
     more than the narrow loads save (a promise of 16x129 int8 columns, 5 µs: 1.08x without)."""
     return _output_bytes(site.plan, site.dtype) >= COLUMNS_MIN_BYTES and _columns(site)
+
+
+def _hand_over_pays(site: Site, flops: int) -> bool:
+    """Whether a forward lowering that adds ``flops`` leaves the program on the thread it runs on
+    without them, or moves it to a worker thread with HANDOFF_MIN_BYTES of output or more."""
+    if site.index_flops is None:  # a fill's program: its select counts more
+        return True
+    before = site.index_flops * site.components
+    moves = before < INLINE_FLOPS <= before + flops
+    return not moves or _output_bytes(site.plan, site.dtype) >= HANDOFF_MIN_BYTES
 
 
 def _off_leading_axis(site: Site) -> bool:
@@ -214,10 +240,12 @@ def _batched_nd_elements(site: Site) -> bool:
 
 def _batched_nd_linear(site: Site) -> bool:
     """_batched_nd of BATCHED_ND_LINEAR_TUPLES index tuples or more, into data of whole bytes,
-    where one linear index addresses it and XLA computes that index in vector instructions."""
+    where one linear index addresses it and XLA computes that index in vector instructions; not
+    where that index would move the program to a worker thread (_hand_over_pays)."""
     many = math.prod(site.plan.output_shape) >= BATCHED_ND_LINEAR_TUPLES
     whole_bytes = not _sub_byte_integer(site.dtype)
     applies = _batched_nd(site) and many and whole_bytes and _linear(site) is not None
+    applies = applies and _hand_over_pays(site, INLINE_FLOPS)
     return applies and xla_vectorises_linear_indices()  # a CPU's fact: asked last, once a process
 
 
@@ -270,7 +298,12 @@ def _unit(site: Site) -> Any:
 
 
 ROWS = (
-    Row("columns_by_written_indices", "forward", _columns_forward, lambda s: columns_by_written_indices),
+    Row(
+        "columns_by_written_indices",
+        "forward",
+        lambda s: _columns_forward(s) and _hand_over_pays(s, COLUMN_INDEX_FLOPS * s.components),
+        lambda s: columns_by_written_indices,
+    ),
     Row(
         "batched_nd_by_linear_index",
         "forward",
@@ -290,23 +323,25 @@ ROWS = (
         lambda s: _linear(s) is not None,
         lambda s: functools.partial(by_linear_index, dtype=_linear(s)),
     ),
-    Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: _read_fill_from_pad),
-    Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: _read_fill_from_pad),
-    Row("column_fill_from_pad", "fill", lambda s: _pads(s) and _columns(s), lambda s: _column_fill_from_pad),
+    Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: read_fill_from_pad),
+    Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: read_fill_from_pad),
+    Row("column_fill_from_pad", "fill", lambda s: _pads(s) and _columns(s), lambda s: column_fill_from_pad),
     Row(
         "column_fill_by_the_direct_gather",
         "fill",
         lambda s: not _pads(s) and _columns_forward(s),
-        lambda s: _fill_after_written_slots,
+        lambda s: fill_after_written_slots,
     ),
-    Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: _fill_after_written_slots),
+    Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: fill_after_written_slots),
 )
 LOWERINGS = tuple(row.name for row in ROWS)
 
 
-def lowering(plan: GatherPlan, shape: tuple, dtype: Any) -> Lowering:
-    """The CPU lowering of ``plan`` for data of ``shape`` and ``dtype`` (cached)."""
-    return _choose(Site(plan, tuple(shape), np.dtype(dtype), x64_on(), _cpu_devices()), _disabled)
+def lowering(plan: GatherPlan, shape: tuple, dtype: Any, index_flops: int | None = None) -> Lowering:
+    """The CPU lowering of ``plan`` for data of ``shape`` and ``dtype`` (cached); ``index_flops``:
+    what XLA counts per index component for the mode's arithmetic (None where a fill is selected)."""
+    site = Site(plan, tuple(shape), np.dtype(dtype), x64_on(), _cpu_devices(), index_flops)
+    return _choose(site, _disabled)
 
 
 @contextlib.contextmanager
@@ -440,51 +475,3 @@ def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> ja
     rows = gather_plan(moved.shape, idx.shape[:-1], 0)
     out = direct(moved, idx, rows)
     return jnp.moveaxis(out, tuple(range(q)), tuple(range(axis, axis + q)))
-
-
-# ---- "fill" read from a pad of data ------------------------------------------------------------------
-# Data gets one fill_value at the end of each indexed axis and every out-of-bounds index goes to
-# that slot, so the gather reads the fill itself and no select over the output follows. Fact:
-# XLA fuses the pad into the gather's loop (data is never copied). GatherND elements after batch
-# dims, below BATCHED_ND_LINEAR_TUPLES: measured 0.87-1.00 of the select's time (AMD EPYC); after
-# a GatherND without batch dims the select measured faster than the pad. Short row lookups.
-# Fact: the select counts one flop per output element, which alone sends a lookup of a few rows
-# over INLINE_FLOPS, to a worker thread.
-
-
-def _read_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
-    return direct(_padded(data, fill, plan), slots, plan)
-
-
-def _padded(data: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
-    """Data with one ``fill`` past the end of each indexed axis."""
-    padding = [(0, 0, 0)] * data.ndim
-    for axis in plan.dimension_numbers.start_index_map:
-        padding[axis] = (0, 1, 0)
-    return lax.pad(data, fill, padding)
-
-
-# ---- Gather along the last axis: the indices written out as 64-bit (jax_gather._cpu_columns) ----
-# Fact: the select of "fill" after such a gather recomputes the in-bounds mask from the indices
-# for every output element (XLA fuses the mask's arithmetic into the loop); from written-out
-# slots and a pad of data, the loop compares each index it reads with the axis size instead.
-
-
-def _column_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
-    return columns_by_written_indices(_padded(data, fill, plan), slots, plan)
-
-
-# ---- GatherND's fill in two loops -----------------------------------------------------------------
-# The slots (stacked one component at a time: jax_gather._traced_bounds.working_indices) are read
-# twice, for the mask and for the index, so XLA writes them out in a loop of their own.
-
-
-def _fill_after_written_slots(
-    data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan
-) -> jax.Array:
-    """The generic gather and its select, from the slots: GatherND's fill in two loops, and a
-    column gather's where it selects its fill (no pad)."""
-    sizes = axis_sizes(plan, slots.dtype)
-    ok = jnp.all(slots < sizes, axis=-1)
-    indices = slots if plan.tuple_indices else slots[..., 0]  # as the pin reads them
-    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, GENERIC)

@@ -220,6 +220,17 @@ def _working(indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamp
 _UNCLAMPED_FLOPS = 3
 
 
+# What XLA counts per index component for each mode's arithmetic: none for indices known to be
+# in [0, s-1], _UNCLAMPED_FLOPS for a promise's normalisation, five with its clamp, six for clip's
+# (tests/test_cpu_facts.py checks them).
+_CLAMPED_FLOPS, _CLIP_FLOPS = 5, 6
+
+
+def index_flops(*, clip: bool, unclamped: bool, in_range: bool) -> int:
+    """What XLA counts per index component for the index arithmetic of a gather in this mode."""
+    return 0 if in_range else _CLIP_FLOPS if clip else _UNCLAMPED_FLOPS if unclamped else _CLAMPED_FLOPS
+
+
 def normalising_is_inline(components: int) -> bool:
     """Whether a program that normalises this many index components (and gathers) stays under
     INLINE_FLOPS, on the calling thread."""

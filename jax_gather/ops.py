@@ -16,7 +16,7 @@ from jax_gather import _cpu, _eager, _lowering, _strings
 from jax_gather._arguments import Mode, check_mode, fail, static_int, under_a_trace
 from jax_gather._fill import fill_scalar
 from jax_gather._host_bounds import Verdict, check_index_dtype, host_indices, judge, narrow_host_indices
-from jax_gather._traced_bounds import check_in_bounds, clamp_pays, in_bounds_mask
+from jax_gather._traced_bounds import check_in_bounds, clamp_pays, in_bounds_mask, index_flops
 from jax_gather._x64 import x64_enabled_if
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -132,15 +132,15 @@ def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: Gathe
 
     if plan.data_block is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_block)
-    low = _cpu.lowering(plan, data.shape, data.dtype)
     if mode.fills:
+        low = _cpu.lowering(plan, data.shape, data.dtype)
         out = _lowering.gather_or_fill(data, indices, ok, fill, plan, low)
     else:
-        clip = mode is Mode.CLIP
+        clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
         unclamped = not clip and not clamp_pays(plan, indices, data.dtype)
-        out = _lowering.gather(
-            data, indices, plan, low, clip=clip, unclamped=unclamped, in_range=mode is Mode.IN_RANGE
-        )
+        flops = index_flops(clip=clip, unclamped=unclamped, in_range=in_range)
+        low = _cpu.lowering(plan, data.shape, data.dtype, flops)
+        out = _lowering.gather(data, indices, plan, low, clip=clip, unclamped=unclamped, in_range=in_range)
     chex.assert_shape(out, plan.output_shape)
     return out
 

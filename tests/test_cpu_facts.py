@@ -30,13 +30,16 @@ from jax_gather import (
     _cpu,
     _cpu_client,
     _cpu_columns,
+    _cpu_fills,
     _cpu_linear,
     _cpu_rows,
     _fill,
     _lowering,
     _traced_bounds,
+    ops,
     plans,
 )
+from jax_gather._arguments import Mode
 from tests.compat import enable_x64
 
 CPU = jax.devices("cpu")[0]
@@ -184,7 +187,7 @@ def test_a_column_lookup_read_from_a_pad_runs_on_the_calling_thread_and_its_sele
 
     def padded(d, i):
         slots = _traced_bounds.index_vectors(plan, i, clip=False, past_end=True)
-        return _cpu._read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), plan)
+        return _cpu_fills.read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), plan)
 
     selected = jax.jit(lambda d, i: jax_gather.gather(d, i, 1)).lower(*_on_cpu(data, ids)).compile()
     assert _flops(selected) >= _cpu_client.INLINE_FLOPS
@@ -373,7 +376,7 @@ def test_a_pad_vectorises_no_fill_of_a_gather_nd_without_batch_dims_where_its_se
 
     def padded(d, i):
         slots = _traced_bounds.index_vectors(plan, i, clip=False, past_end=True)
-        return _cpu._read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), plan)
+        return _cpu_fills.read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), plan)
 
     fill = lambda d, i: jax_gather.gather_nd(d, i, 0, mode="fill")
     selected, from_pad = (_vector_types(_optimized_ir(f, data, ids)) for f in (fill, padded))
@@ -660,6 +663,48 @@ def test_a_promise_of_few_indices_runs_where_jnps_does(n, op):
     np.testing.assert_array_equal(
         np.asarray(jax.jit(ours)(data, ids)), np.asarray(jax.jit(theirs)(data, ids))
     )
+
+
+@pytest.mark.parametrize("mode", ["clip", "promise_in_bounds", "in range"])
+def test_xla_counts_each_modes_index_flops_and_the_written_column_indices(mode):
+    # What jax_gather._cpu weighs before writing out column indices: the mode's arithmetic and
+    # the written indices' reduce-window, as XLA's cost analysis counts them (for INLINE_FLOPS).
+    n, shape = 300, (64, 4096)
+    data, ids = np.zeros(shape, np.int8), np.arange(n, dtype=np.int32)
+    plan = plans.gather_plan(shape, ids.shape, 1)
+    with _cpu.without(*_cpu.LOWERINGS):
+        if mode == "in range":
+            program = ops._programs(plan, None)(Mode.IN_RANGE)
+        else:
+            program = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode=mode))
+        counted = _flops(program.lower(*_on_cpu(data, ids)).compile())
+    flops = _traced_bounds.index_flops(clip=mode == "clip", unclamped=True, in_range=mode == "in range")
+    assert counted == flops * n
+    written = jax.jit(lambda d, i: _cpu_columns.columns_by_written_indices(d, i[:, None], plan))
+    assert _flops(written.lower(*_on_cpu(data, ids)).compile()) == _cpu.COLUMN_INDEX_FLOPS * n
+
+
+def test_the_linear_index_of_the_fewest_batched_tuples_counts_inline_flops():
+    # What jax_gather._cpu's hand-over rule assumes of batched_nd_by_linear_index: its program
+    # leaves the calling thread, where the eager checked call's (no index arithmetic) stays.
+    n = _cpu.BATCHED_ND_LINEAR_TUPLES
+    plan = plans.gather_nd_plan((8, 64, 64), (8, n // 8, 2), 1)
+    by_linear = jax.jit(functools.partial(_cpu_linear.by_linear_index, plan=plan, dtype=jnp.int32))
+    ids = np.zeros((8, n // 8, 2), np.int32)
+    assert _flops(by_linear.lower(*_on_cpu(np.zeros((8, 64, 64), np.float32), ids)).compile()) >= (
+        _cpu_client.INLINE_FLOPS
+    )
+
+
+@pytest.mark.parametrize("n", [200, 333])
+def test_a_promise_of_few_column_indices_runs_where_jnps_does(n):
+    # Written out, the indices' two flops each would take these over INLINE_FLOPS.
+    data, ids = np.zeros((64, 4096), np.int8), np.arange(n, dtype=np.int32)
+    ours = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode="promise_in_bounds"))
+    assert _flops(ours.lower(*_on_cpu(data, ids)).compile()) < _cpu_client.INLINE_FLOPS
+    many = np.arange(4 * n, dtype=np.int32)  # the eager checked call's program, from 500 ids too
+    in_range = ops._programs(plans.gather_plan(data.shape, many.shape, 1), None)(Mode.IN_RANGE)
+    assert _flops(in_range.lower(*_on_cpu(data, many)).compile()) == 0
 
 
 def _split_into_tasks(fn, *args) -> bool:

@@ -95,8 +95,11 @@ SELECTIONS = [
     ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), {MOVED}),
     ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
     # Up to COLUMNS_MAX_INDICES ids: past, the written indices come from memory for every row.
-    ((16, 32), np.int8, plans.gather_plan((16, 32), (2**18,), 1), {MOVED, *COLUMN_PAIR}),
+    ((64, 32), np.int8, plans.gather_plan((64, 32), (2**18,), 1), {MOVED, *COLUMN_PAIR}),
     ((16, 32), np.int8, plans.gather_plan((16, 32), (2**18 + 1,), 1), {MOVED}),
+    # Under COLUMNS_FEW_ROWS rows, the indices are written out up to COLUMNS_FEW_ROWS_MAX_INDICES.
+    ((63, 32), np.int8, plans.gather_plan((63, 32), (16384,), 1), {MOVED, *COLUMN_PAIR}),
+    ((63, 32), np.int8, plans.gather_plan((63, 32), (16385,), 1), {MOVED}),
     ((16, 32), jnp.int4, plans.gather_plan((16, 32), (8192,), 1), {MOVED}),  # converted to bytes
     ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1),
      {MOVED, COLUMNS, COLUMN_DIRECT} if WIDENS else {MOVED}),  # bfloat16 selects, after the generic gather
@@ -244,8 +247,8 @@ PROGRAMS = [
      np.zeros((6, 7), np.float32), np.zeros((6, 9), np.int32),
      _scatters, ("42xf32", "6x9x1xi32"), ("6x7xf32", "6x9x1xi32")),
     ("columns by written indices", lambda d, i: jax_gather.gather(d, i, 1, mode="promise_in_bounds"),
-     np.zeros((50, 32), np.int8), np.zeros(200, np.int32), _gathers,
-     ("50x32xi8", "200x1xui64") if WIDENS else ("50x32xi8", "200x1xi32"), ("50x32xi8", "200x1xi32")),
+     np.zeros((50, 32), np.int8), np.zeros(400, np.int32), _gathers,  # over INLINE_FLOPS either way
+     ("50x32xi8", "400x1xui64") if WIDENS else ("50x32xi8", "400x1xi32"), ("50x32xi8", "400x1xi32")),
     ("batched GatherND by linear index",
      lambda d, i: jax_gather.gather_nd(d, i, 1, mode="promise_in_bounds"), np.zeros((4, 5, 6), np.float32),
      np.zeros((4, T // 4, 2), np.int32), _gathers,
@@ -328,6 +331,49 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
         assert text() != chosen
         np.testing.assert_array_equal(bits(), out)
     assert text() == chosen  # as it was
+
+
+@pytest.mark.parametrize(
+    "rows, ids, index_flops, written",
+    [
+        (32, 256, 3, False),  # a promise: 768 flops without the written indices, 1280 with
+        (64, 199, 3, True),  # 995 with: on the calling thread either way
+        (64, 334, 3, True),  # 1002 without: on a worker thread either way
+        (64, 129, 6, False),  # clip: 774 without, 1032 with
+        (64, 512, 0, False),  # indices in range (the eager checked call): none without, 1024 with
+        (64, 499, 0, True),  # 998 with
+        (1024, 4096, 0, True),  # HANDOFF_MIN_BYTES of output: the hand-over is paid for
+        (1024, 4095, 0, False),
+    ],
+)
+def test_written_column_indices_do_not_move_a_program_to_a_worker_thread(rows, ids, index_flops, written):
+    plan = plans.gather_plan((rows, 4096), (ids,), 1)
+    names = _cpu.lowering(plan, (rows, 4096), np.int8, index_flops).names
+    assert (COLUMNS in names) == (written and ON and WIDENS)
+    assert (COLUMNS in _cpu.lowering(plan, (rows, 4096), np.int8).names) == (ON and WIDENS)  # a fill's
+
+
+_B, _ND = (8, 64, 64), lambda n: plans.gather_nd_plan((8, 64, 64), (8, n // 8, 2), 1)
+_RUN = (4096, 16)
+
+
+@pytest.mark.parametrize(
+    "name, shape, dtype, plan, index_flops, chosen",
+    [
+        (ROWS, _RUN, np.int8, plans.gather_plan(_RUN, (16384,), 0), 3, True),  # 256 KiB, a promise
+        (ROWS, _RUN, np.int8, plans.gather_plan(_RUN, (16384,), 0), 0, False),  # indices in range
+        (ROWS, _RUN, np.int8, plans.gather_plan(_RUN, (2**18,), 0), 0, True),  # HANDOFF_MIN_BYTES
+        (ND_LINEAR, _B, np.float32, _ND(T), 3, True),
+        (ND_LINEAR, _B, np.float32, _ND(T), 0, False),
+        (ND_LINEAR, _B, np.float32, _ND(2**20), 0, True),
+    ],
+)
+def test_a_program_without_index_arithmetic_keeps_its_thread(
+    name, shape, dtype, plan, index_flops, chosen, lowerings_on_any_cpu
+):
+    # The eager checked call's program counts no flops: these lowerings' own would move it to a
+    # worker thread, which pays from HANDOFF_MIN_BYTES of output.
+    assert (name in _cpu.lowering(plan, shape, dtype, index_flops).names) == (chosen and ON)
 
 
 # ---- results, bit for bit ------------------------------------------------------------------------
