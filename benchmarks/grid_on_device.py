@@ -8,7 +8,8 @@ the whole grid coarsely first (row widths :data:`COARSE_WIDTHS` x index counts
 :data:`COARSE_COUNTS`, every op and dtype), then the cells between, until ``--minutes`` have
 passed; then the flagged cells and the highest medians are timed again alone
 (:func:`grid.remeasure`) for ``--remeasure-minutes``. The JSON is rewritten as cells finish, so
-a run cut short still leaves what it measured.
+a run cut short still leaves what it measured; ``--done FILE`` (repeated) leaves out the cells
+an earlier run's JSON holds.
 
 Each row gains ``bytes`` (the fewest bytes a gather must move: its output written, as many
 elements of the data read, at most the data's size, and its indices read) and, against a pass
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip", type=int, default=0, help="leave out the first N cells (a run that goes on)"
     )
+    parser.add_argument(
+        "--done", metavar="FILE", action="append", default=[], help="leave out the cells of this JSON"
+    )
     parser.add_argument("--json", metavar="FILE", required=True)
     parser.add_argument("--plot", metavar="PREFIX", help="heatmaps PREFIX-<mode>.png")
     args = parser.parse_args(argv)
@@ -83,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
 
-    todo = ordered_cells(args.only)
+    done = set()
+    for path in args.done:
+        with open(path) as f:
+            done |= {(r["op"], r["dtype"], r["width"], r["count"]) for r in json.load(f)["grid"]}
+    todo = [c for c in ordered_cells(args.only) if (c.op, c.dtype, c.width, c.count) not in done]
     for k, cell in enumerate(todo[args.skip :], start=args.skip):
         if time.monotonic() - start > 60 * args.minutes:
             break

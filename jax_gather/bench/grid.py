@@ -30,7 +30,9 @@ from jax_gather.bench.timing import geomean, paired, paired_rounds, ready, time_
 
 TABLE = 4096
 WIDTHS = (1, 4, 16, 32, 64, 128, 1024, 4096)
-COUNTS = (1, 16, 128, 129, 512, 1024, 4096, 8192, 65536, 1 << 20)
+# 256: between 200 and 333 ids, where a lowering's 2 flops an index more would take a promise over
+# INLINE_FLOPS while jnp's stays under it (jax_gather._cpu.HANDOFF_MIN_BYTES).
+COUNTS = (1, 16, 128, 129, 256, 512, 1024, 4096, 8192, 65536, 1 << 20)
 DTYPES = ("float32", "bfloat16", "int8", "int4")
 MODES = ("checked", "promise_in_bounds")
 QUICK_WIDTHS, QUICK_COUNTS, QUICK_DTYPES = (1, 16, 64, 1024), (16, 129, 1024, 8192), ("float32", "int8")
