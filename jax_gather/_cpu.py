@@ -77,10 +77,11 @@ SHORT_LOOKUP_INDICES = 128
 SHORT_LOOKUP_MAX_LINES = 8 << 20
 SHORT_LOOKUP_MAX_LINES_ONE_CORE, SHORT_LOOKUP_MAX_RUNS_ONE_CORE = 2 << 20, 65536
 CACHE_LINE = 64
-# Measured (AMD EPYC; the Intel Xeon's grid agrees): a promise of int8 columns by 129 ids took
-# 1.08x the time without columns_by_written_indices over 16 rows (2 KiB of output), 1.05x over
-# 32, 1.00x over 64 (8 KiB), 0.87x over 128. Their fill from a pad pays at every size.
-COLUMNS_MIN_BYTES = 8 << 10
+# Measured (AMD EPYC): a promise of int8 columns by 129 ids took 1.08x the time without
+# columns_by_written_indices over 16 rows (2 KiB of output), 1.00x over 64 (8 KiB); 16 rows by 512
+# ids (8 KiB) 1.53-1.57x; from 16 KiB level (16x1024, 32x512, 128x129: 0.95-1.03), from 32 KiB
+# 0.64-0.80. Their fill from a pad pays at every size.
+COLUMNS_MIN_BYTES = 16 << 10
 # Fact: the written indices (8 bytes each, twice the int32 indices they replace) are read again
 # for every row; past 2 MiB of them they come from memory. Measured (AMD EPYC, rows of 16-64):
 # at 2**18 ids 0.88-1.11 of the time without the column lowerings, at 2**19 0.92-1.21, at 2**20
@@ -187,7 +188,7 @@ def _columns(site: Site) -> bool:
 
 def _columns_forward(site: Site) -> bool:
     """_columns, for an output of COLUMNS_MIN_BYTES or more: below, the written indices cost
-    more than the narrow loads save (a promise of 16x129 int8 columns, 5 µs: 1.08x without)."""
+    more than the narrow loads save (a promise of 16x512 int8 columns: 1.53-1.57x without)."""
     return _output_bytes(site.plan, site.dtype) >= COLUMNS_MIN_BYTES and _columns(site)
 
 

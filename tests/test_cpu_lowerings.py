@@ -86,12 +86,12 @@ SELECTIONS = [
     # the CPU's fact holds.
     ((100, 32), np.float16, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
     ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),  # 4 bytes: no gain
-    ((2, 16, 32), np.int8, plans.gather_plan((2, 16, 32), (3, S), 2), {MOVED, *COLUMN_PAIR}),
-    # Below COLUMNS_MIN_BYTES of output (8 KiB) the indices are not written out; the pad stays.
+    ((2, 32, 32), np.int8, plans.gather_plan((2, 32, 32), (3, S), 2), {MOVED, *COLUMN_PAIR}),
+    # Below COLUMNS_MIN_BYTES of output (16 KiB) the indices are not written out; the pad stays.
     ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
     ((64, 32), np.int8, plans.gather_plan((64, 32), (S,), 1), {MOVED, LOOKUP_PAD}),
-    ((64, 32), np.int8, plans.gather_plan((64, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
-    ((63, 32), np.int8, plans.gather_plan((63, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
+    ((128, 32), np.int8, plans.gather_plan((128, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
+    ((127, 32), np.int8, plans.gather_plan((127, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
     ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), {MOVED}),
     ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
     # Up to COLUMNS_MAX_INDICES ids: past, the written indices come from memory for every row.
@@ -312,11 +312,11 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
                     lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")),
         LOOKUP_PAD: ((600, 300), make_wild_indices((20,), 600, np.int32, 5),
                      lambda d, i: jax_gather.gather(d, i, mode="fill")),
-        COLUMNS: ((40, 300), make_wild_indices((200,), 300, np.int32, 6),  # COLUMNS_MIN_BYTES
+        COLUMNS: ((48, 300), make_wild_indices((200,), 300, np.int32, 6),  # COLUMNS_MIN_BYTES
                   lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
         COLUMN_PAD: ((20, 300), make_wild_indices((200,), 300, np.int32, 7),
                      lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
-        COLUMN_DIRECT: ((40, 300), make_wild_indices((200,), 300, np.int32, 10),  # COLUMNS_MIN_BYTES
+        COLUMN_DIRECT: ((48, 300), make_wild_indices((200,), 300, np.int32, 10),  # COLUMNS_MIN_BYTES
                         lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
         TWO_LOOPS: ((64, 64), make_wild_indices((4096, 2), (64, 64), np.int32, 9),
                     lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
@@ -336,10 +336,10 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
 @pytest.mark.parametrize(
     "rows, ids, index_flops, written",
     [
-        (32, 256, 3, False),  # a promise: 768 flops without the written indices, 1280 with
-        (64, 199, 3, True),  # 995 with: on the calling thread either way
+        (64, 256, 3, False),  # a promise: 768 flops without the written indices, 1280 with
+        (128, 199, 3, True),  # 995 with: on the calling thread either way
         (64, 334, 3, True),  # 1002 without: on a worker thread either way
-        (64, 129, 6, False),  # clip: 774 without, 1032 with
+        (128, 129, 6, False),  # clip: 774 without, 1032 with
         (64, 512, 0, False),  # indices in range (the eager checked call): none without, 1024 with
         (64, 499, 0, True),  # 998 with
         (1024, 4096, 0, True),  # HANDOFF_MIN_BYTES of output: the hand-over is paid for
@@ -513,7 +513,7 @@ def test_columns_are_bit_exact_in_every_mode(dtype, jit, lowerings_on_any_cpu):
     # data of random bytes.
     wide = np.dtype(dtype).itemsize == 8
     with enable_x64(wide):
-        data = random_bits(np.random.default_rng(0), dtype, (2, 3 * ROWS_PER_INDEX, 40))
+        data = random_bits(np.random.default_rng(0), dtype, (2, 6 * ROWS_PER_INDEX, 40))
         indices = make_wild_indices((3, S // 2), 40, np.int64 if wide else np.int32, seed=1)
         plan = plans.gather_plan(data.shape, indices.shape, 2)
         assert (COLUMNS in _cpu.lowering(plan, data.shape, data.dtype).names) == (ON and data.itemsize <= 2)
