@@ -21,7 +21,6 @@ library judges the indices on the host instead, so its rows there are its host p
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,17 +33,13 @@ from jax.sharding import SingleDeviceSharding
 import jax_gather
 from jax_gather import _eager
 from jax_gather.bench.overhead import COLS, IDS, ROWS
+from jax_gather.bench.timing import time_call
 
 
 def _median_call(call: Callable[[], Any], reps: int = 50) -> float:
     for _ in range(10):
         call()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return time_call(call, reps)
 
 
 def _library_call(call: Callable[[], Any], verdict_in_device_memory: bool) -> Callable[[], Any]:

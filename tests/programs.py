@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -17,6 +18,16 @@ from jax import export
 from tests.compat import unregister_event_duration_listener
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def benchmark_script(name: str) -> Any:
+    """``benchmarks/<name>.py`` imported as a module named ``name``."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def module_for(fn: Callable[..., Any], args: tuple, platform: str) -> str:

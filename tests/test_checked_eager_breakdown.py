@@ -6,30 +6,17 @@ the timings are the script's business."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import jax.numpy as jnp
 import numpy as np
 
 import jax_gather
 from jax_gather import _eager
-
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "checked_eager_breakdown.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("checked_eager_breakdown", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.programs import benchmark_script
 
 
 def test_every_row_runs_and_the_library_is_left_as_it_was(capsys):
     real = _eager._host_memory_of
-    assert _load().main(["--rounds", "1"]) == 0
+    assert benchmark_script("checked_eager_breakdown").main(["--rounds", "1"]) == 0
     out = capsys.readouterr().out
     for row in ("jnp.take", "one program, waited for", "pinned host verdict", "checkify + err.throw()"):
         assert row in out

@@ -8,29 +8,18 @@ on (then the design doc compares a program with itself), or a script that no lon
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
 from jax_gather import _cpu
+from tests.programs import benchmark_script
 
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "lowering_choices.py"
 SCALE = 4  # every dim divided by 4: short rows of 64 stay 16, lookups of 64 ids stay short
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("lowering_choices", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-lowering_choices = _load()
+lowering_choices = benchmark_script("lowering_choices")
 CHOICES = lowering_choices.choices()
 
 

@@ -6,29 +6,15 @@ longer runs; the timings are the script's business."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import jax
 import ml_dtypes
 import numpy as np
 import pytest
 
 from jax_gather import _fill
+from tests.programs import benchmark_script
 
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "pinned_bits.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("pinned_bits", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-pinned_bits = _load()
+pinned_bits = benchmark_script("pinned_bits")
 
 
 @pytest.mark.skipif(
