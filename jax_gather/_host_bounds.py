@@ -133,10 +133,13 @@ def in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[np.
         maximum = np.maximum.reduce  # NumPy's max() without its Python wrapper: ~0.2 µs a call
         return lambda indices: int(maximum(indices.view(unsigned), axis=None)) < bound
 
+    # One component at a time, a strided pass each: NumPy's maximum over the leading axes of
+    # (n, k) indices took 2.9 ms on 262144 pairs, these 70 µs (4096 pairs: 46 against 3.3 µs).
+    maximum = np.maximum.reduce
+
     def test(indices: np.ndarray) -> bool:
         view = indices.view(unsigned)
-        highs = view.reshape(-1, view.shape[-1]).max(axis=0)
-        return all(int(high) < bound for high, bound in zip(highs, bounds))
+        return all(int(maximum(view[..., k], axis=None)) < bound for k, bound in enumerate(bounds))
 
     return test
 
@@ -229,9 +232,10 @@ def judge(plan: GatherPlan, indices: np.ndarray) -> Verdict:
     by_argmin_argmax = verdict_test(plan, indices.size)
     if by_argmin_argmax is not None:
         return by_argmin_argmax(indices)
-    if plan.tuple_indices:
-        leading = tuple(range(indices.ndim - 1))
-        lows, highs = indices.min(axis=leading).tolist(), indices.max(axis=leading).tolist()
+    if plan.tuple_indices:  # one component at a time (see in_range_test)
+        parts = [indices[..., k] for k in range(indices.shape[-1])]
+        lows = [int(np.minimum.reduce(p, axis=None)) for p in parts]
+        highs = [int(np.maximum.reduce(p, axis=None)) for p in parts]
     else:
         lows, highs = [int(indices.min())], [int(indices.max())]
     if not all(-size <= low and high < size for low, high, size in zip(lows, highs, plan.index_sizes)):
