@@ -80,7 +80,7 @@ CACHE_LINE = 64
 # Measured (AMD EPYC): a promise of int8 columns by 129 ids took 1.08x the time without
 # columns_by_written_indices over 16 rows (2 KiB of output), 1.00x over 64 (8 KiB); 16 rows by 512
 # ids (8 KiB) 1.53-1.57x; from 16 KiB level (16x1024, 32x512, 128x129: 0.95-1.03), from 32 KiB
-# 0.64-0.80. Their fill from a pad pays at every size.
+# 0.64-0.80.
 COLUMNS_MIN_BYTES = 16 << 10
 # Fact: the written indices (8 bytes each, twice the int32 indices they replace) are read again
 # for every row; past 2 MiB of them they come from memory. Measured (AMD EPYC, rows of 16-64):
@@ -190,6 +190,15 @@ def _columns_forward(site: Site) -> bool:
     """_columns, for an output of COLUMNS_MIN_BYTES or more: below, the written indices cost
     more than the narrow loads save (a promise of 16x512 int8 columns: 1.53-1.57x without)."""
     return _output_bytes(site.plan, site.dtype) >= COLUMNS_MIN_BYTES and _columns(site)
+
+
+def _column_fill_pays(site: Site) -> bool:
+    """_columns of padded data, where the fill from the pad keeps the program under INLINE_FLOPS
+    (its select would not: 64 int8 rows by 129 ids, 0.29-0.32 of the time without), or from
+    COLUMNS_MIN_BYTES of output (between, 32 rows by 256 ids: 1.05-1.79x without)."""
+    inline = _INDEX_FLOPS * site.components < INLINE_FLOPS
+    big = _output_bytes(site.plan, site.dtype) >= COLUMNS_MIN_BYTES
+    return _pads(site) and (inline or big) and _columns(site)
 
 
 def _hand_over_pays(site: Site, flops: int) -> bool:
@@ -326,7 +335,7 @@ ROWS = (
     ),
     Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: read_fill_from_pad),
     Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: read_fill_from_pad),
-    Row("column_fill_from_pad", "fill", lambda s: _pads(s) and _columns(s), lambda s: column_fill_from_pad),
+    Row("column_fill_from_pad", "fill", _column_fill_pays, lambda s: column_fill_from_pad),
     Row(
         "column_fill_by_the_direct_gather",
         "fill",

@@ -87,8 +87,10 @@ SELECTIONS = [
     ((100, 32), np.float16, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
     ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),  # 4 bytes: no gain
     ((2, 32, 32), np.int8, plans.gather_plan((2, 32, 32), (3, S), 2), {MOVED, *COLUMN_PAIR}),
-    # Below COLUMNS_MIN_BYTES of output (16 KiB) the indices are not written out; the pad stays.
-    ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
+    # Below COLUMNS_MIN_BYTES of output (16 KiB) the indices are not written out; the pad stays
+    # where it keeps the program under INLINE_FLOPS (up to 142 ids).
+    ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED}),
+    ((8, 32), np.int8, plans.gather_plan((8, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
     ((64, 32), np.int8, plans.gather_plan((64, 32), (S,), 1), {MOVED, LOOKUP_PAD}),
     ((128, 32), np.int8, plans.gather_plan((128, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
     ((127, 32), np.int8, plans.gather_plan((127, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
@@ -281,7 +283,7 @@ def test_only_the_cpu_program_holds_the_lowering(
         (lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill"), np.zeros((3, 6, 7), np.float32),
          np.zeros((3, 30, 2), np.int32)),
         (lambda d, i: jax_gather.gather(d, i, 1, mode="fill"), np.zeros((50, 32), np.int8),
-         np.zeros(200, np.int32)),
+         np.zeros(400, np.int32)),
     ],
     ids=["gather_nd batch dims", "gather columns"],
 )  # fmt: skip
@@ -314,7 +316,7 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
                      lambda d, i: jax_gather.gather(d, i, mode="fill")),
         COLUMNS: ((48, 300), make_wild_indices((200,), 300, np.int32, 6),  # COLUMNS_MIN_BYTES
                   lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
-        COLUMN_PAD: ((20, 300), make_wild_indices((200,), 300, np.int32, 7),
+        COLUMN_PAD: ((48, 300), make_wild_indices((200,), 300, np.int32, 7),  # COLUMNS_MIN_BYTES
                      lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
         COLUMN_DIRECT: ((48, 300), make_wild_indices((200,), 300, np.int32, 10),  # COLUMNS_MIN_BYTES
                         lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
