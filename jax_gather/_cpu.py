@@ -65,9 +65,10 @@ SHORT_ROWS = range(16, 65)
 # float32 0.77-1.77 (an AMD EPYC); from 512 KiB those 0.70-1.07.
 SHORT_ROWS_MIN_BYTES = 512 << 10
 SHORT_ROWS_MIN_BYTES_OF_BYTES = 256 << 10  # for one-byte data
-# The index arithmetic costs at most 7 flops per index component (int64 indices), so a row
-# lookup of this many components stays under INLINE_FLOPS once it has no select of the fill.
-_INDEX_FLOPS = 7
+# The index arithmetic of a fill's slots costs 5 flops per index component, 7 with int64 indices
+# (at most), so a row lookup of this many components stays under INLINE_FLOPS once it has no
+# select of the fill.
+_INDEX_FLOPS_32, _INDEX_FLOPS = 5, 7
 SHORT_LOOKUP_INDICES = 128
 # Measured (AMD EPYC, 32 MiB of L3; docs/design.md): read from a pad, a short lookup runs on one
 # core, and each contiguous run of a slice costs its loop more than the select's. Where XLA splits
@@ -196,7 +197,8 @@ def _column_fill_pays(site: Site) -> bool:
     """_columns of padded data, where the fill from the pad keeps the program under INLINE_FLOPS
     (its select would not: 64 int8 rows by 129 ids, 0.29-0.32 of the time without), or from
     COLUMNS_MIN_BYTES of output (between, 32 rows by 256 ids: 1.05-1.79x without)."""
-    inline = _INDEX_FLOPS * site.components < INLINE_FLOPS
+    slots = _INDEX_FLOPS if site.x64 else _INDEX_FLOPS_32  # x64: indices may be 64-bit
+    inline = (slots + COLUMN_INDEX_FLOPS) * site.components < INLINE_FLOPS
     big = _output_bytes(site.plan, site.dtype) >= COLUMNS_MIN_BYTES
     return _pads(site) and (inline or big) and _columns(site)
 

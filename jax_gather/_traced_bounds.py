@@ -216,7 +216,7 @@ def _working(indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamp
 
 
 # What XLA counts for normalising one index component without the clamp (a shift, an and, an
-# add), as for jnp's own normalisation (a compare, an add, a select); with it, five.
+# add), as for jnp's own normalisation (a compare, an add, a select); with it, _CLAMPED_FLOPS.
 _UNCLAMPED_FLOPS = 3
 
 

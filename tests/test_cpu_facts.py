@@ -696,6 +696,21 @@ def test_the_linear_index_of_the_fewest_batched_tuples_counts_inline_flops():
     )
 
 
+@needs_cpu_lowerings
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("n", [129, 142])
+def test_a_small_column_fill_is_read_from_a_pad_only_where_that_keeps_it_under_inline_flops(n, x64):
+    # Below COLUMNS_MIN_BYTES the pad pays only by keeping the program on the calling thread.
+    with enable_x64(x64):
+        data, ids = np.zeros((64, 4096), np.int8), np.arange(n, dtype=np.int64 if x64 else np.int32)
+        plan = plans.gather_plan(data.shape, ids.shape, 1)
+        padded = "column_fill_from_pad" in _cpu.lowering(plan, data.shape, data.dtype).names
+        fill = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode="fill"))
+        flops = _flops(fill.lower(*_on_cpu(data, ids)).compile())
+    assert padded == (flops < _cpu_client.INLINE_FLOPS and _cpu_columns.xla_widens_column_indices())
+    assert padded or x64 or not _cpu_columns.xla_widens_column_indices()  # int32: it stays inline
+
+
 @pytest.mark.parametrize("n", [200, 333])
 def test_a_promise_of_few_column_indices_runs_where_jnps_does(n):
     # Written out, the indices' two flops each would take these over INLINE_FLOPS.
