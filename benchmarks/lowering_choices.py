@@ -48,7 +48,9 @@ COLUMN_LOOKUP = bench.Case("gather axis 1, 32 ids of 4096 columns", "gather", 1,
 # And a GatherND of index pairs whose one fill loop XLA:CPU splits (below ND_TWO_LOOPS_TUPLES;
 # 2048 pairs at --scale 4).
 PAIRS = bench.Case("gather_nd, 8192 int8 pairs", "gather_nd", 0, (64, 64), (8192, 2), True, "int8")
-CASES = {case.name: case for case in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS)}
+# And bfloat16 rows of 48 (12 at --scale 4), whose fill's select XLA:CPU vectorises with the clamp pin.
+CLAMPED = bench.Case("gather axis 0, bfloat16 rows of 48", "gather", 0, (4096, 48), (4000,), True, "bfloat16")
+CASES = {c.name: c for c in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS, CLAMPED)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +217,7 @@ def choices() -> list[Choice]:
             for case in ("gather axis 0, 64 ids", COLUMN_LOOKUP.name)
         ),
         Choice("nd_fill_in_two_loops", PAIRS.name, "default mode", ("nd_fill_in_two_loops",)),
+        Choice("rows_pinned_by_a_clamp", CLAMPED.name, "default mode", ("rows_pinned_by_a_clamp",)),
     ]
     ge, nd = plans.gather_elements_plan, plans.gather_nd_plan
     generic = [

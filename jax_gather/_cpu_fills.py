@@ -3,14 +3,20 @@ the generic gather and its select from index slots written out."""
 
 from __future__ import annotations
 
+import functools
+import re
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jax_gather._cpu_client import kernel_ir_holds
 from jax_gather._cpu_columns import columns_by_written_indices
-from jax_gather._lowering import GENERIC, direct, select_fill
-from jax_gather._traced_bounds import axis_sizes
-from jax_gather.plans import GatherPlan
+from jax_gather._fill import PinFn, clamped_bits, pinned_bits
+from jax_gather._lowering import GENERIC, Lowering, direct, gather_or_fill, select_fill
+from jax_gather._traced_bounds import axis_sizes, in_bounds_mask
+from jax_gather.plans import GatherPlan, gather_plan
 
 # ---- "fill" read from a pad of data ------------------------------------------------------------------
 # Data gets one fill_value at the end of each indexed axis and every out-of-bounds index goes to
@@ -59,3 +65,45 @@ def fill_after_written_slots(
     ok = jnp.all(slots < sizes, axis=-1)
     indices = slots if plan.tuple_indices else slots[..., 0]  # as the pin reads them
     return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, GENERIC)
+
+
+# ---- the pin of the select of bfloat16 rows ----------------------------------------------------
+# Fact: XLA:CPU's loop over the rows of a pinned select (jax_gather._fill.select_exact) is one
+# LLVM loop per row, which LLVM unrolls into scalar moves where its body is short enough for its
+# trip count and vectorises where not. With the exclusive-or pin it unrolls rows of up to 58
+# bfloat16; with the clamp pin (two compares an element, one op in XLA's count as the xor) it
+# vectorises them from 38, as it does jnp's "fill" (a select in float32, which quiets signalling
+# NaNs) from 40 (x86-64 with AVX-512, and XLA's code for AVX2 and SSE4_2; JAX 0.10 and 0.12).
+# Measured (AMD EPYC), the default mode of rows of 40-56 against jnp's "fill": from 300 to 4000
+# ids the exclusive or 1.5-2.7x, the clamp 0.73-1.0 (on the calling thread; on JAX's worker
+# thread the exclusive or took up to 4x); rows of 16-32, both scalar: the clamp 1.0-1.4x the
+# exclusive or. Rows read in bytes (short_rows_in_bytes) before the clamp's select: 16384-300000
+# GatherND rows 0.84-1.33 of jnp's time, as they are 0.66-1.01.
+
+
+def output_rows(plan: GatherPlan) -> tuple[int, ...]:
+    """The shape of the output's rows: its trailing dims that are slice dims (none where its last
+    dim is an index's)."""
+    out, offset_dims = plan.output_shape, plan.dimension_numbers.offset_dims
+    trailing = 0
+    while trailing < len(out) and len(out) - 1 - trailing in offset_dims:
+        trailing += 1
+    return tuple(out[len(out) - trailing :])
+
+
+@functools.lru_cache(maxsize=256)
+def xla_vectorises_rows_clamped(dtype: Any, row: tuple[int, ...]) -> bool:
+    """Whether XLA:CPU compiles the pinned select of "fill" over rows of shape ``row`` of
+    ``dtype`` to vector instructions with the clamp pin and to scalar moves with the exclusive
+    or: asked once a process, type and row shape, by the LLVM IR of a lookup of two such rows
+    with each pin (about 40 ms)."""
+    vectors = re.compile(rf"<\d+ x i{8 * jnp.dtype(dtype).itemsize}>")
+    data = ((4, *row), dtype)
+    plan = gather_plan(data[0], (2,), 0)
+
+    def lookup(pin: PinFn):
+        fill = jnp.zeros((), dtype)
+        return lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), fill, plan, Lowering(pin=pin))
+
+    vectorised = lambda pin: kernel_ir_holds(vectors, lookup(pin), data, ((2,), jnp.int32))
+    return vectorised(clamped_bits) and not vectorised(pinned_bits)

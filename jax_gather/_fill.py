@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -16,6 +17,9 @@ from jax_gather._arguments import fail
 from jax_gather._cpu_client import lowered_for_cpu
 from jax_gather._index_check import check_indices
 from jax_gather._x64 import x64_on
+
+# How a select's bits are pinned: pin(bits, zeros), the bits as they are (pinned_bits, clamped_bits).
+PinFn = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 def default_fill_value(dtype: Any) -> Any:
@@ -235,7 +239,11 @@ def _traced_fits(value: jax.Array, dtype: np.dtype) -> jax.Array | None:
 
 
 def select_exact(
-    mask: jax.Array, on_true: jax.Array, on_false: jax.Array, zeros: jax.Array | None = None
+    mask: jax.Array,
+    on_true: jax.Array,
+    on_false: jax.Array,
+    zeros: jax.Array | None = None,
+    pin: PinFn | None = None,
 ) -> jax.Array:
     """``jnp.where(mask, on_true, on_false)`` that keeps every bit of the values it selects.
 
@@ -249,12 +257,13 @@ def select_exact(
     F16C, see gathered_as_bits). Where XLA:CPU moves single elements of the type through a
     wider one (:func:`xla_cpu_keeps_bits`), the selected bits are pinned on the CPU
     (:func:`pinned_bits`) by ``zeros`` (:func:`opaque_zeros` of the indices, spread to the
-    output's shape; none: not pinned)."""
+    output's shape; none: not pinned), through ``pin`` (:func:`pinned_bits` where None)."""
     dtype = np.dtype(on_true.dtype)
     if zeros is not None and not xla_cpu_keeps_bits(dtype):
         default = functools.partial(select_exact, zeros=None)
+        cpu = functools.partial(_select_pinned, pin=pin or pinned_bits)
         return lax.platform_dependent(
-            mask, on_true, on_false, zeros, cpu=_select_pinned, default=lambda m, t, f, _: default(m, t, f)
+            mask, on_true, on_false, zeros, cpu=cpu, default=lambda m, t, f, _: default(m, t, f)
         )
     if not selected_as_bits(dtype):
         if not _has_nan_payloads(dtype):
@@ -418,18 +427,29 @@ def pinned_bits(bits: jax.Array, zeros: jax.Array) -> jax.Array:
     return bits ^ zeros.astype(bits.dtype)
 
 
-@jax.custom_jvp
-def _select_pinned(mask: jax.Array, on_true: jax.Array, on_false: jax.Array, zeros: jax.Array) -> jax.Array:
+def clamped_bits(bits: jax.Array, zeros: jax.Array) -> jax.Array:
+    """``bits`` as they are, through a clamp between ``zeros`` and their complement: one op an
+    element in XLA's count as the exclusive or of :func:`pinned_bits` (and the complement one an
+    index), two compares in the loop LLVM sees, whose longer body it may vectorise where it
+    unrolls the shorter one into scalar moves (jax_gather._cpu_fills.xla_vectorises_rows_clamped)."""
+    zeros = zeros.astype(bits.dtype)
+    return lax.clamp(zeros, bits, ~zeros)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4,))
+def _select_pinned(
+    mask: jax.Array, on_true: jax.Array, on_false: jax.Array, zeros: jax.Array, pin: PinFn
+) -> jax.Array:
     bits = lambda x: lax.bitcast_convert_type(x, bits_type(x.dtype))
     selected = jnp.where(mask, bits(on_true), bits(on_false))
-    return lax.bitcast_convert_type(pinned_bits(selected, zeros), on_true.dtype)
+    return lax.bitcast_convert_type(pin(selected, zeros), on_true.dtype)
 
 
 @_select_pinned.defjvp
-def _select_pinned_jvp(primals, tangents):
+def _select_pinned_jvp(pin, primals, tangents):
     mask = primals[0]
     _, true_dot, false_dot, _ = tangents
-    return _select_pinned(*primals), jnp.where(mask, true_dot, false_dot)
+    return _select_pinned(*primals, pin), jnp.where(mask, true_dot, false_dot)
 
 
 @jax.custom_jvp

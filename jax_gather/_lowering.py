@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 
 from jax_gather._fill import (
+    PinFn,
     bits_type,
     gathered_as_bits,
     opaque_zeros,
@@ -113,12 +114,15 @@ class Lowering:
         transpose the backward pass runs.
       fill: ``fill(data, slots, fill, plan)``, the result of "fill" from index vectors ``slots``
         that send every out-of-bounds index one past the end of its axis.
+      pin: ``pin(bits, zeros)``, how the select of "fill" keeps its bits where they are pinned
+        (``jax_gather._fill.pinned_bits`` where None).
       names: the names (in ``jax_gather._cpu.LOWERINGS``) of the lowerings that gave these.
     """
 
     forward: GatherFn | None = None
     derivative: GatherFn | None = None
     fill: FillFn | None = None
+    pin: PinFn | None = None
     names: frozenset[str] = frozenset()
 
 
@@ -206,7 +210,7 @@ def select_fill(
     pin = fill_pin(data, plan, indices)
     with _while(_BEFORE_A_PIN, pin is not None and xla_cpu_converts_select(np.dtype(data.dtype))):
         out = _gather(data, idx, plan, low)
-    return masked(ok, out, fill, plan, pin=pin)
+    return masked(ok, out, fill, plan, pin=pin, pin_with=low.pin)
 
 
 def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array | None:
@@ -222,16 +226,21 @@ def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array
 
 
 def masked(
-    ok: jax.Array, out: jax.Array, fill: jax.Array, plan: GatherPlan, pin: jax.Array | None = None
+    ok: jax.Array,
+    out: jax.Array,
+    fill: jax.Array,
+    plan: GatherPlan,
+    pin: jax.Array | None = None,
+    pin_with: PinFn | None = None,
 ) -> jax.Array:
     """``out`` where ``ok``, broadcast over the slice dims of the output, else ``fill``. ``pin``,
     one run-time integer per index (``per_index`` of the indices, as ``ok``), pins the selected
-    bits where they need it (:func:`jax_gather._fill.select_exact`)."""
+    bits where they need it (:func:`jax_gather._fill.select_exact`), through ``pin_with``."""
     mask = _spread(ok, plan)
     if _TANGENT.get():
         return jnp.where(mask, out, fill)
     zeros = None if pin is None or not pin.size else _spread(opaque_zeros(pin), plan)
-    return select_exact(mask, out, fill, zeros)
+    return select_exact(mask, out, fill, zeros, pin_with)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))

@@ -125,6 +125,46 @@ def test_rows_in_bytes_are_chosen_where_xla_copies_them_with_vector_instructions
     assert ("short_rows_in_bytes" in _cpu.lowering(plan, data.shape, data.dtype).names) == vectorised
 
 
+# ---- rows_pinned_by_a_clamp ----------------------------------------------------------------------
+
+BF16 = ml_dtypes.bfloat16
+VECTOR_OF_16_BITS = re.compile(r"<\d+ x i16>")
+
+
+def _bfloat16_fill(d, i):
+    return jax_gather.gather(d, i, mode="fill")
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("width", [32, 48])
+def test_a_fill_of_bfloat16_rows_is_vectorised_with_the_clamp_pin_where_the_library_says(width):
+    # Why rows_pinned_by_a_clamp: the select of bfloat16 rows pinned by an exclusive or is a loop
+    # LLVM unrolls into scalar moves; pinned by a clamp, from 40 elements (x86-64 with AVX-512,
+    # AVX2 and SSE4_2; JAX 0.10 to 0.12), one it vectorises. The library's program is vectorised
+    # exactly where the fact holds, and without the clamp it is not.
+    data, ids = np.zeros((1000, width), BF16), np.zeros(1000, np.int32)
+    plan = plans.gather_plan(data.shape, ids.shape, 0)
+    fact = _cpu_fills.xla_vectorises_rows_clamped(np.dtype(BF16), (width,))
+    assert ("rows_pinned_by_a_clamp" in _cpu.lowering(plan, data.shape, data.dtype).names) == fact
+    assert bool(VECTOR_OF_16_BITS.search(_optimized_ir(_bfloat16_fill, data, ids))) == fact
+    with _cpu.without("rows_pinned_by_a_clamp"):
+        assert not VECTOR_OF_16_BITS.search(_optimized_ir(_bfloat16_fill, data, ids)), (
+            f"XLA:CPU now vectorises the exclusive-or pin's rows of {width}: is the clamp needed?"
+        )
+
+
+@needs_cpu_lowerings
+def test_the_clamp_pin_counts_as_the_exclusive_or_in_xlas_cost_analysis():
+    # Why the clamp changes no other choice: XLA counts it as one op an element, as the exclusive
+    # or, and its upper bound one an index, so the program's flops (its thread, its split into
+    # tasks) stay within a flop an index of what they were.
+    data, ids = np.zeros((1000, 48), BF16), np.zeros(1000, np.int32)
+    counted = lambda: _flops(jax.jit(_bfloat16_fill).lower(*_on_cpu(data, ids)).compile())
+    clamped = counted()
+    with _cpu.without("rows_pinned_by_a_clamp"):
+        assert counted() + len(ids) == clamped
+
+
 # ---- short_lookup_fill_from_pad ------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ ND_PAD, LOOKUP_PAD = "batched_nd_fill_from_pad", "short_lookup_fill_from_pad"
 COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
 COLUMN_DIRECT = "column_fill_by_the_direct_gather"
 ND_LINEAR, TWO_LOOPS = "batched_nd_by_linear_index", "nd_fill_in_two_loops"
+CLAMP = "rows_pinned_by_a_clamp"
 # Index tuples below which GatherND's fill may run in two loops (16384).
 N2 = _cpu.ND_TWO_LOOPS_TUPLES
 # Index tuples enough for a GatherND after batch dims to read by one linear index (2048).
@@ -322,9 +323,11 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(nam
                         lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
         TWO_LOOPS: ((64, 64), make_wild_indices((4096, 2), (64, 64), np.int32, 9),
                     lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
+        CLAMP: ((100, 48), make_wild_indices((300,), 100, np.int32, 12),
+                lambda d, i: jax_gather.gather(d, i, mode="fill")),
     }[name]  # fmt: skip
     dtype = np.float16 if name in (COLUMNS, COLUMN_PAD, TWO_LOOPS) else np.float32  # 1-2 bytes
-    dtype = ml_dtypes.bfloat16 if name == COLUMN_DIRECT else dtype  # a narrow float: no pad
+    dtype = ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP) else dtype  # a narrow float: no pad
     data = rng.standard_normal(data).astype(dtype)
     text = lambda: jax.jit(fn).lower(data, indices).as_text()
     bits = lambda: np.asarray(jax.jit(fn)(data, indices)).view(np.uint8)  # NaN fills compared too
@@ -402,6 +405,95 @@ def test_short_rows_in_bytes_are_bit_exact(dtype, jit, rows_on_any_jax):
         assert (ROWS in _cpu.lowering(plan, data.shape, data.dtype).names) == ON
         fn = lambda d, i: jax_gather.gather_nd(d, i)
         _assert_same_bits((jax.jit(fn) if jit else fn)(data, indices), reference.gather_nd(data, indices, 0))
+
+
+BF16 = ml_dtypes.bfloat16
+
+
+# (data shape, dtype, plan, index flops (None: a fill), pinned by a clamp where XLA vectorises it)
+# fmt: off
+CLAMPS = [
+    ((100, 48), BF16, plans.gather_plan((100, 48), (300,), 0), None, True),
+    ((100, 48), BF16, plans.gather_plan((100, 48), (R,), 0), None, True),  # short rows' size
+    ((100, 16), BF16, plans.gather_plan((100, 16), (300,), 0), None, True),  # the fact says where
+    ((100, 48), BF16, plans.gather_plan((100, 48), (300,), 0), 3, False),  # a promise: no select
+    ((100, 48), BF16, plans.gather_plan((100, 48), (300,), 0), 0, False),  # in range: no select
+    ((100, 48), np.float16, plans.gather_plan((100, 48), (300,), 0), None, False),  # keeps its bits
+    ((100, 48), np.float32, plans.gather_plan((100, 48), (300,), 0), None, False),
+    ((100, 12), BF16, plans.gather_plan((100, 12), (300,), 0), None, True),
+    ((100, 65), BF16, plans.gather_plan((100, 65), (300,), 0), None, False),  # longer than SHORT_ROWS
+    ((4, 100, 48), BF16, plans.gather_plan((4, 100, 48), (4, 75), 1, batch_dims=1), None, True),
+    ((100, 48), BF16, plans.gather_nd_plan((100, 48), (300, 1)), None, True),
+    ((100, 4, 48), BF16, plans.gather_plan((100, 4, 48), (300,), 0), None, True),  # rows of 4x48
+    ((48, 100), BF16, plans.gather_plan((48, 100), (300,), 1), None, False),  # columns: ids innermost
+    ((100, 48), BF16, plans.gather_elements_plan((100, 48), (100, 48), 1), None, False),  # elements
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("vectorises", [True, False])
+def test_rows_are_pinned_by_a_clamp_only_in_a_fill_of_bfloat16_rows_where_xla_vectorises_it(
+    vectorises, monkeypatch
+):
+    asked = []
+    monkeypatch.setattr(_cpu, "xla_vectorises_rows_clamped", lambda *a: asked.append(a) or vectorises)
+    _cpu._choose.cache_clear()
+    try:
+        for shape, dtype, plan, flops, expected in CLAMPS:
+            names = _cpu.lowering(plan, shape, dtype, flops).names
+            assert (CLAMP in names) == (ON and vectorises and expected), (shape, dtype, plan, flops)
+    finally:
+        _cpu._choose.cache_clear()
+    # The fact is asked of the output's rows: (48,), (4, 48), (16,) and (12,), never of columns.
+    assert {row for _, row in asked} == ({(48,), (4, 48), (16,), (12,)} if ON else set())
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("vectorises", [True, False])
+def test_a_fill_whose_select_the_clamp_vectorises_gathers_its_rows_whole(
+    vectorises, monkeypatch, rows_on_any_jax
+):
+    # Its select's vector loop reads the rows as they are: in bytes, the fill measured slower.
+    monkeypatch.setattr(_cpu, "xla_vectorises_rows_clamped", lambda *asked: vectorises)
+    _cpu._choose.cache_clear()
+    plan = plans.gather_plan((100, 48), (R,), 0)
+    try:
+        assert _cpu.lowering(plan, (100, 48), BF16).names == ({CLAMP} if vectorises else {ROWS})
+        assert _cpu.lowering(plan, (100, 48), BF16, index_flops=3).names == {ROWS}  # a promise
+        with _cpu.without(CLAMP):  # the library without the clamp: its rows in bytes
+            assert _cpu.lowering(plan, (100, 48), BF16).names == {ROWS}
+    finally:
+        _cpu._choose.cache_clear()
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("op", ["gather", "gather batch_dims=1", "gather_nd"])
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_rows_pinned_by_a_clamp_keep_every_bit(op, jit, lowerings_on_any_cpu):
+    rng = np.random.default_rng(13)
+    data = random_bits(rng, BF16, (3, 40, 48))  # every pattern: NaN payloads, signalling NaNs
+    fill = np.asarray(np.nan, BF16)
+    fn, expected, indices = {
+        "gather": (lambda d, i: jax_gather.gather(d, i, 1, mode="fill"),
+                   lambda i: reference.gather(bits(data), i, 1, "fill", bits(fill)),
+                   make_wild_indices((30,), 40, np.int32, 13)),
+        "gather batch_dims=1": (lambda d, i: jax_gather.gather(d, i, 1, mode="fill", batch_dims=1),
+                                lambda i: reference.gather(bits(data), i, 1, "fill", bits(fill), 1),
+                                make_wild_indices((3, 30), 40, np.int32, 14)),
+        "gather_nd": (lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill"),
+                      lambda i: reference.gather_nd(bits(data), i, 1, "fill", bits(fill)),
+                      make_wild_indices((3, 30, 1), 40, np.int32, 15)),
+    }[op]  # fmt: skip
+    plan_of = {"gather": lambda: plans.gather_plan(data.shape, indices.shape, 1),
+               "gather batch_dims=1": lambda: plans.gather_plan(data.shape, indices.shape, 1, batch_dims=1),
+               "gather_nd": lambda: plans.gather_nd_plan(data.shape, indices.shape, 1)}  # fmt: skip
+    assert CLAMP in _cpu.lowering(plan_of[op](), data.shape, data.dtype).names
+    out = (jax.jit(fn) if jit else fn)(data, indices)
+    np.testing.assert_array_equal(bits(out), expected(indices))
+    if jit:  # the derivative of the select, through the clamp's custom rule: 1 per element read
+        grad = jax.grad(lambda d: fn(d, indices).astype(jnp.float32).sum())(np.ones(data.shape, BF16))
+        read = int(((indices >= -40) & (indices < 40)).sum()) * (3 if op == "gather" else 1)
+        assert float(np.asarray(grad, np.float32).sum()) == 48 * read
 
 
 def test_every_mode_through_short_rows():
