@@ -88,6 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "written by --grid --json) that were slower past their A/A band, every median above "
         "1.25 and at least the 15 highest; the results are added to FILE",
     )
+    bench.add_argument(
+        "--random",
+        metavar="N",
+        type=int,
+        default=0,
+        help="with --grid: N cells drawn off the grid's axes instead (widths and counts between its "
+        "points, more dtypes), the same for the same --seed",
+    )
+    bench.add_argument("--seed", type=int, default=0, help="with --grid --random: which cells are drawn")
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")

@@ -320,12 +320,53 @@ def test_grid_cells_compare_equal_work(op, dtype):
             )
 
 
+@pytest.mark.parametrize("dtype", grid.RANDOM_DTYPES)
+def test_the_random_cells_dtypes_compare_equal_work(dtype):
+    import jax
+
+    for op in grid.OPS:
+        cell = grid.Cell(op, dtype, 4, 129)
+        d, i = grid.make_inputs(cell)
+        assert np.asarray(d).dtype == grid.numpy_dtype(dtype)
+        for mode in grid.MODES:
+            ours = np.asarray(jax.jit(grid.ours_call(cell, mode))(d, i))
+            theirs = np.asarray(jax.jit(grid.jnp_call(cell, mode))(d, i))
+            np.testing.assert_array_equal(
+                ours.view(np.uint8), theirs.view(np.uint8), err_msg=f"{cell} {mode}"
+            )
+
+
+def test_random_cells_lie_off_the_grid_and_repeat_with_their_seed():
+    drawn = grid.random_cells(200, seed=3)
+    assert len(drawn) == 200 and all(grid.fits(c) for c in drawn)
+    assert drawn == grid.random_cells(200, seed=3) and drawn != grid.random_cells(200, seed=4)
+    assert len({c.width for c in drawn} - set(grid.WIDTHS)) > 50
+    assert len({c.count for c in drawn} - set(grid.COUNTS)) > 50
+    assert {c.dtype for c in drawn} == set(grid.DTYPES + grid.RANDOM_DTYPES)
+    assert {c.op for c in drawn} == set(grid.OPS)
+    assert all(1 <= c.width <= grid.WIDTHS[-1] and 1 <= c.count <= grid.COUNTS[-1] for c in drawn)
+    assert all("int8" in c.name for c in grid.random_cells(5, only="int8"))
+    assert grid.random_cells(5, only="no such cell") == []
+
+
 def test_grid_cells_stay_under_the_memory_cap_and_quick_is_small():
     cells = grid.cells()
     assert all(grid.fits(c) for c in cells)
     assert not grid.fits(grid.Cell("gather axis 0", "float32", 4096, 1 << 20))
     assert {c.count for c in cells} == set(grid.COUNTS) and {c.width for c in cells} == set(grid.WIDTHS)
     assert len(grid.cells(quick=True)) <= 7 * 2 * 4 * 4
+
+
+def test_bench_grid_random_writes_its_draw_to_the_json(tmp_path):
+    path, prefix = tmp_path / "random.json", str(tmp_path / "random")
+    argv = ["bench", "--grid", "--random", "2", "--seed", "7", "--only", "float32", "--rounds", "2"]
+    assert cli.main([*argv, "--no-tune-allocator", "--json", str(path), "--plot", prefix]) == 0
+    result = json.loads(path.read_text())
+    assert result["random"] == {"cells": 2, "seed": 7}
+    cells = [grid.Cell(r["op"], r["dtype"], r["width"], r["count"]) for r in result["grid"]]
+    assert cells == grid.random_cells(2, seed=7, only="float32")
+    for mode in grid.MODES:  # a scatter of the cells, which lie on no axes a heatmap could have
+        assert os.path.getsize(f"{prefix}-{mode}.png") > 1000
 
 
 def test_grid_run_reports_both_modes_against_an_a_a_band(tmp_path):

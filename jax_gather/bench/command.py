@@ -98,10 +98,14 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         with open(args.remeasure, "w") as f:
             json.dump(result, f, indent=1)
         return 0
-    rows = grid.run(quick=args.quick, rounds=args.rounds, only=args.only, settle=settle)
+    random, seed = getattr(args, "random", 0), getattr(args, "seed", 0)
+    rows = grid.run(
+        quick=args.quick, rounds=args.rounds, only=args.only, settle=settle, random=random, seed=seed
+    )
     print(grid.format_summary(rows))
     if args.json:
         result = {"machine": machine, "allocator_tuned": args.tune_allocator, "sync_dispatch": sync}
+        result |= {"random": {"cells": random, "seed": seed}} if random else {}
         with open(args.json, "w") as f:
             json.dump(result | {"grid": rows}, f, indent=1)
     if args.plot:

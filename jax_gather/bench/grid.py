@@ -89,8 +89,22 @@ OPS = {
 }
 
 
+# --random: cells off the grid's axes. A user's sizes lie between its points, where a cliff can
+# hide (a promise of 32-128 int8 column rows by 200-256 ids took 2.3-5.8x jnp's time between the
+# 129 and 512 ids of the grid), and in other dtypes (bfloat16 rows of 40-56 in the default mode,
+# up to 4x). Widths and counts are drawn log-uniformly over the grid's ranges.
+RANDOM_DTYPES = ("float16", "float8_e4m3fn", "uint8", "int16", "int32", "bool")
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    import ml_dtypes
+
+    narrow = {"bfloat16", "int4", "float8_e4m3fn"}
+    return np.dtype(getattr(ml_dtypes, name) if name in narrow else name)
+
+
 def _itemsize_bits(dtype: str) -> int:
-    return 4 if dtype == "int4" else 16 if dtype == "bfloat16" else 8 * np.dtype(dtype).itemsize
+    return 4 if dtype == "int4" else 8 * numpy_dtype(dtype).itemsize
 
 
 def fits(cell: Cell) -> bool:
@@ -118,16 +132,29 @@ def cells(quick: bool = False, only: str | None = None) -> list[Cell]:
     return [c for c in grid if fits(c) and (only is None or only in c.name)]
 
 
+def random_cells(k: int, seed: int = 0, only: str | None = None) -> list[Cell]:
+    """``k`` cells drawn off the grid's axes (the same ``seed``, the same cells): an op, a dtype
+    of DTYPES or RANDOM_DTYPES, a width and a count log-uniform over WIDTHS' and COUNTS' ranges."""
+    rng = np.random.default_rng(seed)
+    log_uniform = lambda top: int(np.exp(rng.uniform(0, np.log(top + 1))))
+    drawn: list[Cell] = []
+    for _ in range(1000 * k):  # a bound, for an ``only`` that few or no cells match
+        if len(drawn) == k:
+            break
+        op, dtype = rng.choice(list(OPS)), rng.choice(DTYPES + RANDOM_DTYPES)
+        cell = Cell(str(op), str(dtype), log_uniform(WIDTHS[-1]), log_uniform(COUNTS[-1]))
+        if fits(cell) and (only is None or only in cell.name):
+            drawn.append(cell)
+    return drawn
+
+
 def make_inputs(cell: Cell, seed: int = 0) -> tuple[Any, Any]:
     """Data of the cell's dtype and in-bounds indices (a tenth negative), as device arrays."""
     import jax.numpy as jnp
-    import ml_dtypes
 
     rng = np.random.default_rng(seed)
     data_shape, indices_shape, _, _ = _shapes(cell.op, cell.width, cell.count)
-    values = rng.integers(-8, 8, data_shape)
-    dtype = {"bfloat16": ml_dtypes.bfloat16, "int4": ml_dtypes.int4}.get(cell.dtype, np.dtype(cell.dtype))
-    data = values.astype(dtype)
+    data = rng.integers(-8, 8, data_shape).astype(numpy_dtype(cell.dtype))
     plan = _plan(cell)
     sizes = np.asarray(plan.index_sizes) if plan.tuple_indices else plan.index_sizes[0]
     indices = np.floor(rng.random(indices_shape) * sizes).astype(np.int32)
@@ -200,9 +227,15 @@ def slower(row: dict[str, Any], mode: str) -> bool:
 
 
 def run(
-    quick: bool = False, rounds: int | None = None, only: str | None = None, settle: float = SETTLE_S
+    quick: bool = False,
+    rounds: int | None = None,
+    only: str | None = None,
+    settle: float = SETTLE_S,
+    random: int = 0,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
-    todo = cells(quick, only)
+    """Times the grid's cells (``quick``: the smaller grid; ``random``: that many random_cells)."""
+    todo = random_cells(random, seed, only) if random else cells(quick, only)
     rows = []
     for k, cell in enumerate(todo):
         progress(k, len(todo), cell.name)
@@ -302,10 +335,12 @@ def plot(rows: Sequence[dict[str, Any]], prefix: str) -> list[str]:
     from matplotlib.colors import TwoSlopeNorm
 
     ops = [op for op in OPS if any(r["op"] == op for r in rows)]
-    dtypes = [dt for dt in DTYPES if any(r["dtype"] == dt for r in rows)]
+    dtypes = [dt for dt in DTYPES + RANDOM_DTYPES if any(r["dtype"] == dt for r in rows)]
     widths = sorted({r["width"] for r in rows})
     counts = sorted({r["count"] for r in rows})
     norm = TwoSlopeNorm(vmin=0.25, vcenter=1.0, vmax=2.0)
+    if not (set(widths) <= set(WIDTHS) and set(counts) <= set(COUNTS)):
+        return _scatter(rows, prefix, ops, norm, plt)  # random cells: no axes to tabulate on
     paths = []
     for mode in MODES:
         fig, axes = plt.subplots(
@@ -333,6 +368,37 @@ def plot(rows: Sequence[dict[str, Any]], prefix: str) -> list[str]:
                 ax.set_xlabel("index count", fontsize=7)
         fig.suptitle(f"jax_gather / jnp, jitted, mode {mode} (red: slower; boxed: past the A/A band)")
         fig.tight_layout(rect=(0, 0, 1, 0.98))
+        path = f"{prefix}-{mode}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _scatter(rows: Sequence[dict[str, Any]], prefix: str, ops: list[str], norm: Any, plt: Any) -> list[str]:
+    """Cells off the grid's axes (--random): per mode, a panel per op, each cell a point at its
+    index count and row width (log scales) coloured by its ratio, ringed where it is slower."""
+    paths = []
+    for mode in MODES:
+        fig, axes = plt.subplots(1, len(ops), figsize=(3.2 * len(ops), 3.2), squeeze=False)
+        for ax, op in zip(axes[0], ops):
+            mine = [r for r in rows if r["op"] == op]
+            ax.scatter(
+                [r["count"] for r in mine],
+                [r["width"] for r in mine],
+                c=[r[mode] for r in mine],
+                cmap="RdBu_r",
+                norm=norm,
+                s=18,
+                edgecolors=["black" if slower(r, mode) else "none" for r in mine],
+            )
+            ax.set(xscale="log", yscale="log", title=op, xlabel="index count")
+            ax.title.set_fontsize(8)
+        axes[0][0].set_ylabel("row width")
+        fig.suptitle(
+            f"jax_gather / jnp at random sizes, mode {mode} (red: slower; ringed: past the A/A band)"
+        )
+        fig.tight_layout(rect=(0, 0, 1, 0.94))
         path = f"{prefix}-{mode}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
