@@ -300,7 +300,11 @@ def test_only_the_cpu_program_reads_the_fill_from_a_pad(fn, data, indices, reque
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("name", _cpu.LOWERINGS)
-def test_without_a_lowering_the_library_computes_the_same_by_another_program(name, lowerings_on_any_cpu):
+def test_without_a_lowering_the_library_computes_the_same_by_another_program(
+    name, lowerings_on_any_cpu, request
+):
+    if name == CLAMP:
+        request.getfixturevalue("clamp_on_any_cpu")
     rng = np.random.default_rng(11)
     data, indices, fn = {
         ROWS: ((50, 32), make_wild_indices((R // 2,), 50, np.int32, 1),
@@ -469,7 +473,7 @@ def test_a_fill_whose_select_the_clamp_vectorises_gathers_its_rows_whole(
 @needs_cpu_lowerings
 @pytest.mark.parametrize("op", ["gather", "gather batch_dims=1", "gather_nd"])
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_rows_pinned_by_a_clamp_keep_every_bit(op, jit, lowerings_on_any_cpu):
+def test_rows_pinned_by_a_clamp_keep_every_bit(op, jit, clamp_on_any_cpu):
     rng = np.random.default_rng(13)
     data = random_bits(rng, BF16, (3, 40, 48))  # every pattern: NaN payloads, signalling NaNs
     fill = np.asarray(np.nan, BF16)
