@@ -367,11 +367,7 @@ def plot(rows: Sequence[dict[str, Any]], prefix: str) -> list[str]:
             if a == len(ops) - 1:
                 ax.set_xlabel("index count", fontsize=7)
         fig.suptitle(f"jax_gather / jnp, jitted, mode {mode} (red: slower; boxed: past the A/A band)")
-        fig.tight_layout(rect=(0, 0, 1, 0.98))
-        path = f"{prefix}-{mode}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(_saved(fig, plt, f"{prefix}-{mode}.png", top=0.98))
     return paths
 
 
@@ -398,12 +394,16 @@ def _scatter(rows: Sequence[dict[str, Any]], prefix: str, ops: list[str], norm: 
         fig.suptitle(
             f"jax_gather / jnp at random sizes, mode {mode} (red: slower; ringed: past the A/A band)"
         )
-        fig.tight_layout(rect=(0, 0, 1, 0.94))
-        path = f"{prefix}-{mode}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(_saved(fig, plt, f"{prefix}-{mode}.png", top=0.94))
     return paths
+
+
+def _saved(fig: Any, plt: Any, path: str, top: float) -> str:
+    """``fig`` laid out under its title (which ends at ``top``), written to ``path`` and closed."""
+    fig.tight_layout(rect=(0, 0, 1, top))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _short(n: int) -> str:
