@@ -255,6 +255,25 @@ def test_negative_indices_of_a_cpu_array_are_normalised_on_the_host_unless_trans
         assert count[0] >= 1  # the normalising program
 
 
+def test_many_negative_indices_of_a_cpu_array_are_judged_while_their_program_runs(monkeypatch):
+    # Past NORMALISED_ON_HOST the program that normalises them is dispatched first, to JAX's
+    # worker thread, and this thread judges them while it runs; out of bounds, its result is
+    # dropped and the call raises as before.
+    n = _host_bounds.NORMALISED_ON_HOST + 1
+    with jax.default_device(jax.devices("cpu")[0]):
+        data = jnp.asarray(make_data((1000, 4), np.float32, 0))
+        ids = np.random.default_rng(1).integers(-1000, 1000, n)
+        monkeypatch.setattr(_eager, "judged_outside_range", lambda *a: pytest.fail("judged before it ran"))
+        for _ in range(2):
+            np.testing.assert_array_equal(
+                jax_gather.gather(data, jnp.asarray(ids)), reference.gather(np.asarray(data), ids, 0)
+            )
+        bad = ids.copy()
+        bad[n // 2] = 1000
+        with pytest.raises(IndexError, match=re.escape(f"indices[{n // 2}] = 1000 is out of bounds")):
+            jax_gather.gather(data, jnp.asarray(bad))
+
+
 def test_in_range_indices_are_gathered_with_no_index_arithmetic():
     # Why the checked mode's eager program runs on the calling thread: XLA counts no flops in it
     # (JAX's CPU client inlines programs under _cpu_client.INLINE_FLOPS; test_cpu_facts checks that).
