@@ -97,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "points, more dtypes), the same for the same --seed",
     )
     bench.add_argument("--seed", type=int, default=0, help="with --grid --random: which cells are drawn")
+    bench.add_argument(
+        "--eager",
+        action="store_true",
+        help="with --grid: eager calls of both (no jax.jit), the checked mode judged on the host",
+    )
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")

@@ -369,6 +369,34 @@ def test_bench_grid_random_writes_its_draw_to_the_json(tmp_path):
         assert os.path.getsize(f"{prefix}-{mode}.png") > 1000
 
 
+def test_an_eager_grid_times_the_calls_unjitted_and_remeasures_them_so(tmp_path, monkeypatch):
+    import jax
+
+    jitted = []
+    real_jit = jax.jit
+    monkeypatch.setattr(jax, "jit", lambda f, *a, **k: jitted.append(f) or real_jit(f, *a, **k))
+    path = tmp_path / "eager.json"
+    argv = [
+        "bench",
+        "--grid",
+        "--eager",
+        "--quick",
+        "--only",
+        "gather axis 0 float32 w=16 n=16",
+        "--rounds",
+        "2",
+    ]
+    assert cli.main([*argv, "--no-tune-allocator", "--json", str(path)]) == 0
+    assert not [f for f in jitted if getattr(f, "__qualname__", "").startswith(("ours_call", "jnp_call"))]
+    result = json.loads(path.read_text())
+    assert result["eager"] is True and [r["eager"] for r in result["grid"]] == [True]
+    seen = []
+    row = result["grid"][0]
+    monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, eager=False: seen.append(eager) or row)
+    assert len(grid.remeasure(result["grid"], rounds=2, top=1)) == 1
+    assert seen == [True]
+
+
 def test_grid_run_reports_both_modes_against_an_a_a_band(tmp_path):
     rows = grid.run(quick=True, rounds=2, only="gather axis 0 float32 w=16 n=16")
     assert len(rows) == 1

@@ -98,14 +98,20 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         with open(args.remeasure, "w") as f:
             json.dump(result, f, indent=1)
         return 0
-    random, seed = getattr(args, "random", 0), getattr(args, "seed", 0)
+    random, seed, eager = getattr(args, "random", 0), getattr(args, "seed", 0), getattr(args, "eager", False)
     rows = grid.run(
-        quick=args.quick, rounds=args.rounds, only=args.only, settle=settle, random=random, seed=seed
+        quick=args.quick,
+        rounds=args.rounds,
+        only=args.only,
+        settle=settle,
+        random=random,
+        seed=seed,
+        eager=eager,
     )
     print(grid.format_summary(rows))
     if args.json:
         result = {"machine": machine, "allocator_tuned": args.tune_allocator, "sync_dispatch": sync}
-        result |= {"random": {"cells": random, "seed": seed}} if random else {}
+        result |= ({"random": {"cells": random, "seed": seed}} if random else {}) | {"eager": eager}
         with open(args.json, "w") as f:
             json.dump(result | {"grid": rows}, f, indent=1)
     if args.plot:

@@ -199,19 +199,22 @@ def ours_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
 AGAIN = "again"
 
 
-def run_cell(cell: Cell, rounds: int, settle: float) -> dict[str, Any]:
-    """Times one cell; returns its row (per mode: the ratio ours / jnp and its interval)."""
+def run_cell(cell: Cell, rounds: int, settle: float, eager: bool = False) -> dict[str, Any]:
+    """Times one cell; returns its row (per mode: the ratio ours / jnp and its interval).
+    ``eager``: both called as they are, without ``jax.jit`` (the library's eager path, whose
+    checked mode judges the indices on the host, against jnp's own eager call)."""
     import jax
 
     d, i = make_inputs(cell)
-    fns = {f"ours {m}": jax.jit(ours_call(cell, m)) for m in MODES}
-    fns |= {f"jnp {m}": jax.jit(jnp_call(cell, m)) for m in MODES}
-    fns[AGAIN] = jax.jit(ours_call(cell, MODES[0]))  # the A/A control: the first compiled again
+    wrap: Callable[[Any], Any] = (lambda f: f) if eager else jax.jit
+    fns = {f"ours {m}": wrap(ours_call(cell, m)) for m in MODES}
+    fns |= {f"jnp {m}": wrap(jnp_call(cell, m)) for m in MODES}
+    fns[AGAIN] = wrap(ours_call(cell, MODES[0]))  # the A/A control: the first compiled again
     calls: dict[str, Callable[[], Any]] = {name: functools.partial(ready, f, d, i) for name, f in fns.items()}
     once = time_call(calls[f"jnp {MODES[0]}"], 1)
     reps = int(np.clip(2e-3 / max(once, 1e-7), 3, 15))
     times = paired_rounds(calls, rounds, reps, settle)
-    row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps}
+    row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps} | ({"eager": True} if eager else {})
     row["jnp_s"] = {m: float(np.median(times[f"jnp {m}"])) for m in MODES}
     row["ours_s"] = {m: float(np.median(times[f"ours {m}"])) for m in MODES}
     row["aa"], row["aa_interval"] = paired(times[f"ours {MODES[0]}"], times[AGAIN])
@@ -233,15 +236,17 @@ def run(
     settle: float = SETTLE_S,
     random: int = 0,
     seed: int = 0,
+    eager: bool = False,
 ) -> list[dict[str, Any]]:
-    """Times the grid's cells (``quick``: the smaller grid; ``random``: that many random_cells)."""
+    """Times the grid's cells (``quick``: the smaller grid; ``random``: that many random_cells;
+    ``eager``: as eager calls)."""
     todo = random_cells(random, seed, only) if random else cells(quick, only)
     rows = []
     for k, cell in enumerate(todo):
         progress(k, len(todo), cell.name)
         if k % 100 == 0 and not sys.stderr.isatty():  # a run of half an hour, logged to a file
             print(f"grid: {k} of {len(todo)} cells", file=sys.stderr, flush=True)
-        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle))
+        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle, eager))
     progress(len(todo), len(todo), "done")
     return rows
 
@@ -272,7 +277,7 @@ def remeasure(
     records = []
     for k, ((cell, mode), row) in enumerate(picked.items()):
         progress(k, len(picked), cell.name)
-        again = run_cell(cell, rounds, settle)
+        again = run_cell(cell, rounds, settle, bool(row.get("eager")))
         records.append(
             {
                 "cell": [cell.op, cell.dtype, cell.width, cell.count],
