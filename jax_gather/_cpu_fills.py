@@ -96,7 +96,7 @@ def xla_vectorises_rows_clamped(dtype: Any, row: tuple[int, ...]) -> bool:
     """Whether XLA:CPU compiles the pinned select of "fill" over rows of shape ``row`` of
     ``dtype`` to vector instructions with the clamp pin and to scalar moves with the exclusive
     or: asked once a process, type and row shape, by the LLVM IR of a lookup of two such rows
-    with each pin (about 40 ms)."""
+    with each pin (two compiles, 40-100 ms)."""
     vectors = re.compile(rf"<\d+ x i{8 * jnp.dtype(dtype).itemsize}>")
     data = ((4, *row), dtype)
     plan = gather_plan(data[0], (2,), 0)
