@@ -50,7 +50,11 @@ COLUMN_LOOKUP = bench.Case("gather axis 1, 32 ids of 4096 columns", "gather", 1,
 PAIRS = bench.Case("gather_nd, 8192 int8 pairs", "gather_nd", 0, (64, 64), (8192, 2), True, "int8")
 # And bfloat16 rows of 48 (12 at --scale 4), whose fill's select XLA:CPU vectorises with the clamp pin.
 CLAMPED = bench.Case("gather axis 0, bfloat16 rows of 48", "gather", 0, (4096, 48), (4000,), True, "bfloat16")
-CASES = {c.name: c for c in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS, CLAMPED)}
+# And a gather of fewer columns than half the axis, whose derivative takes rows of the leading block.
+FEW_COLUMNS = bench.Case("gather axis 1, 256 of 4096 columns", "gather", 1, (512, 4096), (256,), True)
+CASES = {
+    c.name: c for c in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS, CLAMPED, FEW_COLUMNS)
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +185,12 @@ def choices() -> list[Choice]:
         Choice("linear_derivative", "vmap gather_elements axis -1", "backward", ("linear_derivative",)),
         Choice("moved_axis_derivative", "gather axis 1", "backward", ("moved_axis_derivative",)),
         Choice("moved_axis_derivative", "gather axis 1 bfloat16", "backward", ("moved_axis_derivative",)),
+        Choice(
+            "leading_block_derivative",
+            "gather axis 1, 256 of 4096 columns",
+            "backward",
+            ("leading_block_derivative",),
+        ),
         *(
             Choice(
                 "columns_by_written_indices",

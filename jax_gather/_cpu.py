@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_gather import _cpu_off_axis as off_axis
 from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
 from jax_gather._cpu_columns import columns_by_written_indices, reads_columns, xla_widens_column_indices
 from jax_gather._cpu_fills import (
@@ -50,9 +51,9 @@ from jax_gather._cpu_fills import (
 from jax_gather._cpu_linear import by_linear_index, linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, xla_vectorises_rows_in_units
 from jax_gather._fill import clamped_bits, narrow_float, selected_as_bits, xla_cpu_keeps_bits
-from jax_gather._lowering import GENERIC, Lowering, direct
+from jax_gather._lowering import GENERIC, Lowering
 from jax_gather._x64 import x64_on
-from jax_gather.plans import GatherPlan, gather_plan
+from jax_gather.plans import GatherPlan
 
 # Fact: XLA:CPU copies a slice row of 16 to 64 elements with a loop that LLVM unrolls into scalar
 # moves, with no vector instruction; rows of 80 or more it vectorises.
@@ -216,11 +217,12 @@ def _hand_over_pays(site: Site, flops: int) -> bool:
     return not moves or _output_bytes(site.plan, site.dtype) >= HANDOFF_MIN_BYTES
 
 
-def _off_leading_axis(site: Site) -> bool:
-    """A Gather along an axis other than the first, unbatched (the moved axis's rows are whole
-    slices of data)."""
+def _off_axis(site: Site) -> str | None:
+    """For a Gather along an axis other than the first, unbatched: which derivative pays, if any."""
     dn = site.plan.dimension_numbers
-    return site.plan.op_name == "Gather" and dn.start_index_map != (0,) and not dn.operand_batching_dims
+    if site.plan.op_name != "Gather" or dn.start_index_map == (0,) or dn.operand_batching_dims:
+        return None
+    return off_axis.derivative(site.plan, site.shape, site.dtype, site.one_device, site.x64)
 
 
 def _linear(site: Site) -> Any:
@@ -335,7 +337,18 @@ ROWS = (
         _short_rows,
         lambda s: functools.partial(rows_in_units, unit=jnp.uint4 if s.dtype.itemsize == 1 else jnp.uint8),
     ),
-    Row("moved_axis_derivative", "derivative", _off_leading_axis, lambda s: _rows_of_moved_axis),
+    Row(
+        "moved_axis_derivative",
+        "derivative",
+        lambda s: _off_axis(s) == off_axis.MOVED,
+        lambda s: off_axis.rows_of_moved_axis,
+    ),
+    Row(
+        "leading_block_derivative",
+        "derivative",
+        lambda s: _off_axis(s) == off_axis.LEADING,
+        lambda s: functools.partial(off_axis.rows_of_leading_block, dtype=linear_index_dtype(s.shape, s.x64)),
+    ),
     Row(
         "linear_derivative",
         "derivative",
@@ -480,18 +493,3 @@ def _bits(dtype: np.dtype) -> int:
 # an iota per dim concatenated with the index, written out and read back). By one linear index
 # into the whole of data, flattened (jax_gather._cpu_linear), the transpose is one scatter into
 # one dim.
-
-
-# ---- Gather off the leading axis: rows of the moved axis in the derivative -----------------------
-# Fact: XLA:CPU scatters JAX's transpose of a gather along axis a > 0 along that axis, a strided
-# scatter; taken as rows of data with the axis moved first, it is a row scatter between two
-# transposes.
-
-
-def _rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
-    """The same result as the plan's gather (Gather), computed as rows of ``moveaxis(data, a, 0)``."""
-    axis, q = plan.dimension_numbers.start_index_map[0], idx.ndim - 1
-    moved = jnp.moveaxis(data, axis, 0)
-    rows = gather_plan(moved.shape, idx.shape[:-1], 0)
-    out = direct(moved, idx, rows)
-    return jnp.moveaxis(out, tuple(range(q)), tuple(range(axis, axis + q)))

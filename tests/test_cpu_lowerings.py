@@ -25,6 +25,7 @@ from tests.strategies import make_indices, make_wild_indices
 ON = _cpu.PLATFORM_DEPENDENT_PRUNES  # JAX 0.7.0 or later: otherwise no CPU lowering is used
 needs_cpu_lowerings = pytest.mark.skipif(not ON, reason="the CPU lowerings need JAX 0.7.0")
 ROWS, LINEAR, MOVED = "short_rows_in_bytes", "linear_derivative", "moved_axis_derivative"
+LEADING = "leading_block_derivative"
 ND_PAD, LOOKUP_PAD = "batched_nd_fill_from_pad", "short_lookup_fill_from_pad"
 COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
 COLUMN_DIRECT = "column_fill_by_the_direct_gather"
@@ -82,9 +83,9 @@ SELECTIONS = [
     ((100, 32), np.complex64, plans.gather_plan((100, 32), (S + 1,), 0), set()),
     ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (R // 2, 2), 0), {ROWS}),
     ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (4, R // 8, 1), 1), {ROWS}),
-    # Gather off the leading axis: its derivative takes rows of the moved axis. Along the last
-    # axis, from COLUMN_ROWS rows, it reads written-out indices and its fill from a pad, where
-    # the CPU's fact holds.
+    # Gather off the leading axis of few positions per id: its derivative takes rows of the moved
+    # axis (see below). Along the last axis, from COLUMN_ROWS rows, it reads written-out indices
+    # and its fill from a pad, where the CPU's fact holds.
     ((100, 32), np.float16, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
     ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),  # 4 bytes: no gain
     ((2, 32, 32), np.int8, plans.gather_plan((2, 32, 32), (3, S), 2), {MOVED, *COLUMN_PAIR}),
@@ -95,7 +96,7 @@ SELECTIONS = [
     ((64, 32), np.int8, plans.gather_plan((64, 32), (S,), 1), {MOVED, LOOKUP_PAD}),
     ((128, 32), np.int8, plans.gather_plan((128, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
     ((127, 32), np.int8, plans.gather_plan((127, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
-    ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), {MOVED}),
+    ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), set()),
     ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
     # Up to COLUMNS_MAX_INDICES ids: past, the written indices come from memory for every row.
     ((64, 32), np.int8, plans.gather_plan((64, 32), (2**18,), 1), {MOVED, *COLUMN_PAIR}),
@@ -106,9 +107,32 @@ SELECTIONS = [
     ((16, 32), jnp.int4, plans.gather_plan((16, 32), (8192,), 1), {MOVED}),  # converted to bytes
     ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1),
      {MOVED, COLUMNS, COLUMN_DIRECT} if WIDENS else {MOVED}),  # bfloat16 selects, after the generic gather
-    ((100, 32, 2), np.int8, plans.gather_plan((100, 32, 2), (S + 1,), 1), {MOVED}),  # rows of 2, not columns
+    ((100, 32, 2), np.int8, plans.gather_plan((100, 32, 2), (S + 1,), 1), set()),  # rows of 2: neither
     ((4, 100, 32), np.int8, plans.gather_plan((4, 100, 32), (4, S + 1), 2, batch_dims=1), set()),  # batched
     ((3, 100, 8), np.float16, plans.gather_plan((3, 100, 8), (7,), 2), {MOVED, LOOKUP_PAD}),
+    # The derivative off the leading axis: rows of the moved axis from L * MOVED_MIN_COVER ids (an
+    # eighth of the axis for bfloat16), over MOVED_MIN_POSITIONS positions or more and a trailing
+    # block of one element; with fewer ids, float32 and wider from LEADING_MIN_POSITIONS positions
+    # and a trailing block under a cache line, rows of the leading block; else JAX's.
+    ((8, 4096), np.float32, plans.gather_plan((8, 4096), (2048,), 1), {MOVED}),
+    ((8, 4096), np.float32, plans.gather_plan((8, 4096), (2047,), 1), set()),  # 8 positions
+    ((7, 4096), np.float32, plans.gather_plan((7, 4096), (4096,), 1), set()),
+    ((16, 4096), np.float32, plans.gather_plan((16, 4096), (2047,), 1), {LEADING}),
+    ((15, 4096), np.float32, plans.gather_plan((15, 4096), (2047,), 1), set()),
+    # (INLINE_FLOPS, 1000: JAX's scatter of 16 by 63 counts 1008 flops, of 16 by 62, 992)
+    ((16, 4096), np.float64, plans.gather_plan((16, 4096), (63,), 1), {LEADING, LOOKUP_PAD}),
+    ((16, 4096), np.float64, plans.gather_plan((16, 4096), (62,), 1), {LOOKUP_PAD}),  # stays inline
+    ((32, 4096), np.float16, plans.gather_plan((32, 4096), (2048,), 1), {MOVED, *COLUMN_PAIR}),
+    ((31, 4096), np.float16, plans.gather_plan((31, 4096), (4096,), 1), COLUMN_PAIR),  # 2 bytes: 32
+    ((16, 4096), np.float16, plans.gather_plan((16, 4096), (2047,), 1), COLUMN_PAIR),  # 2 bytes: not leading
+    ((32, 4096, 1), ml_dtypes.bfloat16, plans.gather_plan((32, 4096, 1), (512,), 1), {MOVED}),
+    ((32, 4096, 1), ml_dtypes.bfloat16, plans.gather_plan((32, 4096, 1), (511,), 1), set()),
+    ((2, 8, 4096), np.float32, plans.gather_plan((2, 8, 4096), (4, 512), 2), {MOVED}),  # 16 positions
+    ((16, 40, 15), np.float32, plans.gather_plan((16, 40, 15), (S + 1,), 1), {LEADING}),  # 60 bytes
+    ((16, 40, 16), np.float32, plans.gather_plan((16, 40, 16), (S + 1,), 1), set()),  # a cache line
+    ((16, 40, 2), np.float32, plans.gather_plan((16, 40, 2), (S + 1,), 1), {LEADING}),  # not moved: a block
+    ((16, 40), np.complex64, plans.gather_plan((16, 40), (3,), 1), set()),  # real floats only
+    (HUGE, np.float32, plans.gather_plan(HUGE, (3,), 1), {LOOKUP_PAD}),  # an int32 row index would wrap
     # Element gathers differentiate by one linear index; GatherND's after batch dims read their
     # fill from a pad.
     ((1024, 1024), np.float32, plans.gather_nd_plan((1024, 1024), (9, 2)), {LINEAR}),
@@ -138,7 +162,7 @@ SELECTIONS = [
     ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2 + 1, 2), 0), set()),
     ((100, 8), ml_dtypes.bfloat16, plans.gather_plan((100, 8), (7,), 0), set()),
     # (How much a short lookup may read from a pad: test_a_short_lookup_reads_a_pad_up_to_...)
-    ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S,), 1), {MOVED}),
+    ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S,), 1), {LEADING}),
     # GatherND of one element per index tuple, without batch dims, whose one loop of the fill
     # XLA:CPU would split (by its cost analysis), below N2 tuples: its fill in two loops.
     ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (4096, 2)), SPLIT),
@@ -258,8 +282,11 @@ PROGRAMS = [
      ("120xf32", f"4x{T // 4}x1xi32") if BY_LINEAR else ("4x5x6xf32", f"4x{T // 4}x2xi32"),
      ("4x5x6xf32", f"4x{T // 4}x2xi32")),
     ("moved axis derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
-     np.zeros((6, 300), np.float32), np.zeros((200,), np.int32),
-     _scatters, ("300x6xf32", "200x1xi32"), ("6x300xf32", "200x1xi32")),
+     np.zeros((8, 300), np.float32), np.zeros((200,), np.int32),
+     _scatters, ("300x8xf32", "200x1xi32"), ("8x300xf32", "200x1xi32")),
+    ("leading block derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
+     np.zeros((16, 300), np.float32), np.zeros((64,), np.int32),
+     _scatters, ("4800x1xf32", "16x64x1xi32"), ("16x300xf32", "64x1xi32")),
 ]
 # fmt: on
 
@@ -311,8 +338,10 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
                lambda d, i: jax_gather.gather(d, i, mode="clip")),
         LINEAR: ((6, 7), make_wild_indices((6, 9), 7, np.int32, 2),
                  _grad(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="clip"))),
-        MOVED: ((6, 300), make_wild_indices((200,), 300, np.int32, 3),
+        MOVED: ((8, 300), make_wild_indices((200,), 300, np.int32, 3),
                 _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip"))),
+        LEADING: ((16, 300, 3), make_wild_indices((30,), 300, np.int32, 13),
+                  _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="fill"))),
         ND_PAD: ((3, 6, 7), make_wild_indices((3, 30, 2), (6, 7), np.int32, 4),
                  lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")),
         ND_LINEAR: ((4, 6, 7), make_wild_indices((4, T // 4, 2), (6, 7), np.int32, 8),
@@ -714,7 +743,9 @@ GRAD_CASES = [
     ("gather_nd", (5, 6, 4), make_wild_indices((30, 3), (5, 6, 4), np.int32, 2), 0),
     ("gather_elements", (4, 5, 6), make_wild_indices((3, 7, 5), 5, np.int32, 3), 1),  # a block of data
     ("gather_elements", (4, 5, 6), make_wild_indices((4, 5, 8), 6, np.int32, 4), -1),
-    ("gather", (5, 6, 3), make_wild_indices((4, 2), 6, np.int32, 5), 1),  # rows of the moved axis
+    ("gather", (5, 6, 3), make_wild_indices((4, 2), 6, np.int32, 5), 1),  # JAX's: 5 positions
+    ("gather", (8, 6), make_wild_indices((4, 2), 6, np.int32, 10), 1),  # rows of the moved axis
+    ("gather", (2, 8, 40, 3), make_wild_indices((6, 4), 40, np.int32, 11), 2),  # rows of the leading block
     ("gather", (5, 6, 3), make_wild_indices((4, 2), 5, np.int32, 6), 0),
     ("gather", (2, 4, 30), make_wild_indices((3, 50), 30, np.int32, 8), 2),  # columns
     ("gather_nd", (5, 6, 3), make_wild_indices((9, 2), (5, 6), np.int32, 7), 0),  # a short lookup

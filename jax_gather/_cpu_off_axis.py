@@ -1,0 +1,87 @@
+"""The derivative of a Gather along an axis other than the first (no batch dims), computed two
+other ways; jax_gather._cpu's table chooses between them by the number of indices.
+
+Fact: XLA:CPU scatters JAX's transpose of a gather along axis a > 0 along that axis: a strided
+scatter, each index writing one element (or trailing block) into every leading row of data.
+Both forms below give the same values; each is only the tangent's gather, whose transpose JAX
+takes, and the forward gather is unchanged.
+
+- ``rows_of_moved_axis``: rows of data with the axis moved first. Its transpose is a scatter of
+  whole rows between two transposes of data's size, which pays once the indices cover much of the
+  axis.
+- ``rows_of_leading_block``: data viewed as rows of its trailing block, each addressed by one
+  linear row index (leading position times the axis length, plus the index). Its transpose is
+  one scatter in the order of data's rows, with no transpose of data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_gather._cpu_client import INLINE_FLOPS
+from jax_gather._cpu_linear import linear_index_dtype
+from jax_gather._lowering import direct
+from jax_gather.plans import GatherPlan, gather_plan
+
+MOVED, LEADING = "moved", "leading"
+# Measured (AMD EPYC; data (P, L) and (P, L, S), n ids, 7 paired rounds against JAX's derivative
+# in the same run; docs/design.md). Rows of the moved axis: from n >= L/2 over P >= 8 positions,
+# 0.08-0.91 (float32); with fewer ids 1.1-3.4 (the transposes of data cost more than the strided
+# scatter), over P = 2-4 up to 1.7, over trailing blocks of 4-64 elements 1.0-4.2. Two-byte
+# floats from 32 positions (float16 0.07-0.54; from 8 to 31, 0.5-0.9 or, at P = 10, 14, 18, 22,
+# 26, 1.0-1.3: XLA's transposes of those rows); bfloat16, whose strided scatter costs more an
+# element, from n >= L/8 (0.31-0.86 from 8 positions and 0.06-0.41 from 64).
+MOVED_MIN_POSITIONS, MOVED_MIN_POSITIONS_2_BYTES = 8, 32
+MOVED_MIN_COVER, MOVED_MIN_COVER_BFLOAT16 = 1 / 2, 1 / 8
+# Rows of the leading block, float32 with fewer ids: 0.2-0.7 from P >= 16 (over 8, 1.0-1.4), over
+# trailing blocks under a cache line (S = 4-8: 0.2-0.7; 16, one line: 0.7-1.04). Not for 2-byte
+# floats: their element scatter took 1.2-2.7x (bfloat16) and 1.2-1.4x (float16, P = 16). Nor
+# where JAX's scatter counts under INLINE_FLOPS (one per element): the row index's two flops a
+# row would take the program to JAX's worker thread (23 positions by 26 ids: 2.1x).
+LEADING_MIN_POSITIONS, LEADING_MAX_TRAIL_BYTES = 16, 64
+
+
+def derivative(plan: GatherPlan, shape: tuple, dtype: np.dtype, one_device: bool, x64: bool) -> str | None:
+    """MOVED, LEADING or None (JAX's own derivative) for a Gather along axis a > 0 without batch
+    dims, of data of ``shape`` and ``dtype``."""
+    axis = plan.dimension_numbers.start_index_map[0]
+    positions, length, trail = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+    ids = math.prod(plan.output_shape) // max(1, positions * trail)
+    cover = MOVED_MIN_COVER_BFLOAT16 if dtype == jnp.bfloat16 else MOVED_MIN_COVER
+    least = MOVED_MIN_POSITIONS_2_BYTES if dtype.itemsize == 2 else MOVED_MIN_POSITIONS
+    if trail == 1 and positions >= least and ids >= cover * length:
+        return MOVED
+    float32_or_wider = dtype.kind == "f" and dtype.itemsize >= 4
+    small_trail = trail * dtype.itemsize < LEADING_MAX_TRAIL_BYTES
+    leading = float32_or_wider and small_trail and positions >= LEADING_MIN_POSITIONS and one_device
+    leading = leading and positions * ids * trail >= INLINE_FLOPS
+    return LEADING if leading and linear_index_dtype(shape, x64) is not None else None
+
+
+def rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:
+    """The same result as the plan's gather (Gather), computed as rows of ``moveaxis(data, a, 0)``."""
+    axis, q = plan.dimension_numbers.start_index_map[0], idx.ndim - 1
+    moved = jnp.moveaxis(data, axis, 0)
+    rows = gather_plan(moved.shape, idx.shape[:-1], 0)
+    out = direct(moved, idx, rows)
+    return jnp.moveaxis(out, tuple(range(q)), tuple(range(axis, axis + q)))
+
+
+def rows_of_leading_block(data: jax.Array, idx: jax.Array, plan: GatherPlan, *, dtype: Any) -> jax.Array:
+    """The same result as the plan's gather (Gather along axis a > 0, ``idx`` in bounds), computed
+    from data viewed as (P * L, S) rows: P the leading positions, L the axis, S the trailing
+    block. Row ``p * L + i`` for position p and index i, in ``dtype`` (int32 or int64)."""
+    axis = plan.dimension_numbers.start_index_map[0]
+    lead, length, trail = data.shape[:axis], data.shape[axis], data.shape[axis + 1 :]
+    ids = idx[..., 0].astype(dtype)
+    starts = lax.broadcasted_iota(dtype, (math.prod(lead), *ids.shape), 0) * length
+    rows = data.reshape(-1, math.prod(trail))
+    linear = starts + ids
+    out = direct(rows, linear[..., None], gather_plan(rows.shape, linear.shape, 0))
+    return out.reshape(*lead, *ids.shape, *trail)
