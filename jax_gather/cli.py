@@ -102,6 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="with --grid: eager calls of both (no jax.jit), the checked mode judged on the host",
     )
+    bench.add_argument(
+        "--backward",
+        action="store_true",
+        help="with --grid: the gradients w.r.t. data of both, jitted (float32, bfloat16, float16)",
+    )
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")

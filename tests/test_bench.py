@@ -392,9 +392,32 @@ def test_an_eager_grid_times_the_calls_unjitted_and_remeasures_them_so(tmp_path,
     assert result["eager"] is True and [r["eager"] for r in result["grid"]] == [True]
     seen = []
     row = result["grid"][0]
-    monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, eager=False: seen.append(eager) or row)
+    monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, eager, _: seen.append(eager) or row)
     assert len(grid.remeasure(result["grid"], rounds=2, top=1)) == 1
     assert seen == [True]
+
+
+def test_a_backward_grid_times_the_gradients_of_float_cells_and_remeasures_them_so(tmp_path, monkeypatch):
+    import jax
+
+    differentiated = []
+    real_grad = jax.grad
+    monkeypatch.setattr(jax, "grad", lambda f, *a, **k: differentiated.append(f) or real_grad(f, *a, **k))
+    path = tmp_path / "backward.json"
+    argv = ["bench", "--grid", "--backward", "--quick", "--only", "gather axis 1 float32 w=16 n=16"]
+    assert cli.main([*argv, "--rounds", "2", "--no-tune-allocator", "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    assert result["backward"] is True and [r["backward"] for r in result["grid"]] == [True]
+    assert len(differentiated) == 2 * len(grid.MODES) + 1  # ours and jnp's in each mode, and the A/A
+    seen = []
+    row = result["grid"][0]
+    monkeypatch.setattr(grid, "run_cell", lambda c, rounds, settle, _, backward: seen.append(backward) or row)
+    assert len(grid.remeasure(result["grid"], rounds=2, top=1)) == 1
+    assert seen == [True]
+    assert {c.dtype for c in grid.random_cells(60, seed=1, backward=True)} == set(grid.BACKWARD_DTYPES)
+    assert {c.dtype for c in grid.cells(backward=True)} == {"float32", "bfloat16"}
+    with pytest.raises(ValueError, match="do not combine"):
+        grid.run(quick=True, eager=True, backward=True)
 
 
 def test_grid_run_reports_both_modes_against_an_a_a_band(tmp_path):

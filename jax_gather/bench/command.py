@@ -99,6 +99,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
             json.dump(result, f, indent=1)
         return 0
     random, seed, eager = getattr(args, "random", 0), getattr(args, "seed", 0), getattr(args, "eager", False)
+    backward = getattr(args, "backward", False)
     rows = grid.run(
         quick=args.quick,
         rounds=args.rounds,
@@ -107,11 +108,13 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         random=random,
         seed=seed,
         eager=eager,
+        backward=backward,
     )
     print(grid.format_summary(rows))
     if args.json:
         result = {"machine": machine, "allocator_tuned": args.tune_allocator, "sync_dispatch": sync}
-        result |= ({"random": {"cells": random, "seed": seed}} if random else {}) | {"eager": eager}
+        result |= {"random": {"cells": random, "seed": seed}} if random else {}
+        result |= {"eager": eager, "backward": backward}
         with open(args.json, "w") as f:
             json.dump(result | {"grid": rows}, f, indent=1)
     if args.plot:

@@ -126,22 +126,29 @@ def _plan(cell: Cell) -> Any:
     return plan_fn(data, indices, attribute)
 
 
-def cells(quick: bool = False, only: str | None = None) -> list[Cell]:
+# --backward: the gradient w.r.t. data, of the dtypes whose gradient both sides scatter.
+BACKWARD_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def cells(quick: bool = False, only: str | None = None, backward: bool = False) -> list[Cell]:
     widths, counts, dtypes = (QUICK_WIDTHS, QUICK_COUNTS, QUICK_DTYPES) if quick else (WIDTHS, COUNTS, DTYPES)
-    grid = [Cell(op, dt, w, n) for op in OPS for dt in dtypes for w in widths for n in counts]
+    kept = [dt for dt in dtypes if dt in BACKWARD_DTYPES or not backward]
+    grid = [Cell(op, dt, w, n) for op in OPS for dt in kept for w in widths for n in counts]
     return [c for c in grid if fits(c) and (only is None or only in c.name)]
 
 
-def random_cells(k: int, seed: int = 0, only: str | None = None) -> list[Cell]:
+def random_cells(k: int, seed: int = 0, only: str | None = None, backward: bool = False) -> list[Cell]:
     """``k`` cells drawn off the grid's axes (the same ``seed``, the same cells): an op, a dtype
-    of DTYPES or RANDOM_DTYPES, a width and a count log-uniform over WIDTHS' and COUNTS' ranges."""
+    of DTYPES or RANDOM_DTYPES (``backward``: BACKWARD_DTYPES), a width and a count log-uniform
+    over WIDTHS' and COUNTS' ranges."""
     rng = np.random.default_rng(seed)
     log_uniform = lambda top: int(np.exp(rng.uniform(0, np.log(top + 1))))
+    dtypes = BACKWARD_DTYPES if backward else DTYPES + RANDOM_DTYPES
     drawn: list[Cell] = []
     for _ in range(1000 * k):  # a bound, for an ``only`` that few or no cells match
         if len(drawn) == k:
             break
-        op, dtype = rng.choice(list(OPS)), rng.choice(DTYPES + RANDOM_DTYPES)
+        op, dtype = rng.choice(list(OPS)), rng.choice(dtypes)
         cell = Cell(str(op), str(dtype), log_uniform(WIDTHS[-1]), log_uniform(COUNTS[-1]))
         if fits(cell) and (only is None or only in cell.name):
             drawn.append(cell)
@@ -199,14 +206,20 @@ def ours_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
 AGAIN = "again"
 
 
-def run_cell(cell: Cell, rounds: int, settle: float, eager: bool = False) -> dict[str, Any]:
+def run_cell(
+    cell: Cell, rounds: int, settle: float, eager: bool = False, backward: bool = False
+) -> dict[str, Any]:
     """Times one cell; returns its row (per mode: the ratio ours / jnp and its interval).
     ``eager``: both called as they are, without ``jax.jit`` (the library's eager path, whose
-    checked mode judges the indices on the host, against jnp's own eager call)."""
+    checked mode judges the indices on the host, against jnp's own eager call). ``backward``:
+    the gradient w.r.t. data of the sum of each's output (in float32), jitted."""
     import jax
+    import jax.numpy as jnp
 
     d, i = make_inputs(cell)
     wrap: Callable[[Any], Any] = (lambda f: f) if eager else jax.jit
+    if backward:
+        wrap = lambda f: jax.jit(jax.grad(lambda d, i: f(d, i).astype(jnp.float32).sum()))
     fns = {f"ours {m}": wrap(ours_call(cell, m)) for m in MODES}
     fns |= {f"jnp {m}": wrap(jnp_call(cell, m)) for m in MODES}
     fns[AGAIN] = wrap(ours_call(cell, MODES[0]))  # the A/A control: the first compiled again
@@ -214,7 +227,8 @@ def run_cell(cell: Cell, rounds: int, settle: float, eager: bool = False) -> dic
     once = time_call(calls[f"jnp {MODES[0]}"], 1)
     reps = int(np.clip(2e-3 / max(once, 1e-7), 3, 15))
     times = paired_rounds(calls, rounds, reps, settle)
-    row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps} | ({"eager": True} if eager else {})
+    row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps}
+    row |= ({"eager": True} if eager else {}) | ({"backward": True} if backward else {})
     row["jnp_s"] = {m: float(np.median(times[f"jnp {m}"])) for m in MODES}
     row["ours_s"] = {m: float(np.median(times[f"ours {m}"])) for m in MODES}
     row["aa"], row["aa_interval"] = paired(times[f"ours {MODES[0]}"], times[AGAIN])
@@ -237,16 +251,19 @@ def run(
     random: int = 0,
     seed: int = 0,
     eager: bool = False,
+    backward: bool = False,
 ) -> list[dict[str, Any]]:
     """Times the grid's cells (``quick``: the smaller grid; ``random``: that many random_cells;
-    ``eager``: as eager calls)."""
-    todo = random_cells(random, seed, only) if random else cells(quick, only)
+    ``eager``: as eager calls; ``backward``: their gradients)."""
+    if eager and backward:
+        raise ValueError("bench --grid: --eager and --backward do not combine (gradients are timed jitted)")
+    todo = random_cells(random, seed, only, backward) if random else cells(quick, only, backward)
     rows = []
     for k, cell in enumerate(todo):
         progress(k, len(todo), cell.name)
         if k % 100 == 0 and not sys.stderr.isatty():  # a run of half an hour, logged to a file
             print(f"grid: {k} of {len(todo)} cells", file=sys.stderr, flush=True)
-        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle, eager))
+        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle, eager, backward))
     progress(len(todo), len(todo), "done")
     return rows
 
@@ -277,7 +294,7 @@ def remeasure(
     records = []
     for k, ((cell, mode), row) in enumerate(picked.items()):
         progress(k, len(picked), cell.name)
-        again = run_cell(cell, rounds, settle, bool(row.get("eager")))
+        again = run_cell(cell, rounds, settle, bool(row.get("eager")), bool(row.get("backward")))
         records.append(
             {
                 "cell": [cell.op, cell.dtype, cell.width, cell.count],
