@@ -135,12 +135,15 @@ SELECTIONS = [
     (HUGE, np.float32, plans.gather_plan(HUGE, (3,), 1), {LOOKUP_PAD}),  # an int32 row index would wrap
     # Element gathers differentiate by one linear index; GatherND's after batch dims read their
     # fill from a pad.
-    ((1024, 1024), np.float32, plans.gather_nd_plan((1024, 1024), (9, 2)), {LINEAR}),
-    ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), {LINEAR, ND_PAD}),
-    ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (9, 4)), {LINEAR}),
-    ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, 9, 2), 2), {LINEAR, ND_PAD}),
-    ((4, 5), np.float32, plans.gather_nd_plan((4, 5), (4, 9, 1), 1), {LINEAR, ND_PAD}),
-    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), {LINEAR}),  # bf16 selects
+    # From INLINE_FLOPS elements (1000), where JAX's scatter alone counts that many flops.
+    ((1024, 1024), np.float32, plans.gather_nd_plan((1024, 1024), (1000, 2)), {LINEAR}),
+    ((1024, 1024), np.float32, plans.gather_nd_plan((1024, 1024), (999, 2)), set()),
+    ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, 250, 2), 1), {LINEAR, ND_PAD}),
+    ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, 9, 2), 1), {ND_PAD}),
+    ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (1000, 4)), {LINEAR, *SPLIT}),
+    ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, 50, 2), 2), {LINEAR, ND_PAD}),
+    ((4, 5), np.float32, plans.gather_nd_plan((4, 5), (4, 250, 1), 1), {LINEAR, ND_PAD}),
+    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, 250, 2), 1), {LINEAR}),  # selected
     # From T index tuples, GatherND after batch dims selects the fill, and reads by one linear
     # index where XLA computes it in vector instructions.
     ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, *BY_LINEAR}),
@@ -150,11 +153,12 @@ SELECTIONS = [
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, T // 20 + 1, 2), 2),
      {LINEAR, *BY_LINEAR}),
     ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (T, 3), 0), {LINEAR, *SPLIT}),  # no batch dims
-    ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), {LINEAR}),
-    ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (5, 40), 1), {LINEAR}),
+    ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (32, 32), 0), {LINEAR}),
+    ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), set()),
+    ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (8, 125), 1), {LINEAR}),
     ((40,), np.float32, plans.gather_plan((40,), (9,), 0), set()),  # one dim already
     ((40,), np.float32, plans.gather_nd_plan((40,), (9, 1)), set()),
-    (HUGE, np.int8, plans.gather_nd_plan(HUGE, (9, 2)), set()),  # int32 would wrap, no x64
+    (HUGE, np.int8, plans.gather_nd_plan(HUGE, (1000, 2)), set()),  # int32 would wrap, no x64
     # Row lookups of at most SHORT_LOOKUP_INDICES index components read their fill from a pad.
     ((100, 512), np.int8, plans.gather_plan((100, 512), (2, S // 2), 0), {LOOKUP_PAD}),
     ((100, 512), np.int8, plans.gather_plan((100, 512), (S + 1,), 0), set()),
@@ -219,7 +223,7 @@ def test_a_short_lookup_reads_a_pad_up_to_what_its_one_core_reads_faster(
 
 def test_int64_linear_offsets_need_x64():
     with enable_x64(True):
-        assert _cpu.lowering(plans.gather_nd_plan(HUGE, (9, 2)), HUGE, np.int8).names == (
+        assert _cpu.lowering(plans.gather_nd_plan(HUGE, (1000, 2)), HUGE, np.int8).names == (
             {LINEAR} if ON else set()
         )
 
@@ -267,12 +271,12 @@ PROGRAMS = [
      np.zeros(2 * R, np.int32), _gathers, ("50x64xui4", f"{2 * R}x1xi32"),
      ("50x32xi8", f"{2 * R}x1xi32")),
     ("linear derivative, GatherND", _grad(lambda d, i: jax_gather.gather_nd(d, i, 1, mode="clip")),
-     np.zeros((6, 7, 5), np.float32), np.zeros((6, 30, 2), np.int32),
-     _scatters, ("210xf32", "6x30x1xi32"), ("6x7x5xf32", "6x30x2xi32")),
+     np.zeros((6, 7, 5), np.float32), np.zeros((6, 200, 2), np.int32),
+     _scatters, ("210xf32", "6x200x1xi32"), ("6x7x5xf32", "6x200x2xi32")),
     ("linear derivative, GatherElements",
      _grad(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="clip")),
-     np.zeros((6, 7), np.float32), np.zeros((6, 9), np.int32),
-     _scatters, ("42xf32", "6x9x1xi32"), ("6x7xf32", "6x9x1xi32")),
+     np.zeros((6, 7), np.float32), np.zeros((6, 200), np.int32),
+     _scatters, ("42xf32", "6x200x1xi32"), ("6x7xf32", "6x200x1xi32")),
     ("columns by written indices", lambda d, i: jax_gather.gather(d, i, 1, mode="promise_in_bounds"),
      np.zeros((50, 32), np.int8), np.zeros(400, np.int32), _gathers,  # over INLINE_FLOPS either way
      ("50x32xi8", "400x1xui64") if WIDENS else ("50x32xi8", "400x1xi32"), ("50x32xi8", "400x1xi32")),
@@ -336,7 +340,7 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
     data, indices, fn = {
         ROWS: ((50, 32), make_wild_indices((R // 2,), 50, np.int32, 1),
                lambda d, i: jax_gather.gather(d, i, mode="clip")),
-        LINEAR: ((6, 7), make_wild_indices((6, 9), 7, np.int32, 2),
+        LINEAR: ((6, 7), make_wild_indices((6, 200), 7, np.int32, 2),  # INLINE_FLOPS elements
                  _grad(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="clip"))),
         MOVED: ((8, 300), make_wild_indices((200,), 300, np.int32, 3),
                 _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip"))),
@@ -743,6 +747,8 @@ GRAD_CASES = [
     ("gather_nd", (5, 6, 4), make_wild_indices((30, 3), (5, 6, 4), np.int32, 2), 0),
     ("gather_elements", (4, 5, 6), make_wild_indices((3, 7, 5), 5, np.int32, 3), 1),  # a block of data
     ("gather_elements", (4, 5, 6), make_wild_indices((4, 5, 8), 6, np.int32, 4), -1),
+    ("gather_elements", (4, 5, 6), make_wild_indices((4, 50, 6), 5, np.int32, 12), 1),  # linear index
+    ("gather_nd", (5, 6, 4), make_wild_indices((1000, 3), (5, 6, 4), np.int32, 13), 0),  # linear index
     ("gather", (5, 6, 3), make_wild_indices((4, 2), 6, np.int32, 5), 1),  # JAX's: 5 positions
     ("gather", (8, 6), make_wild_indices((4, 2), 6, np.int32, 10), 1),  # rows of the moved axis
     ("gather", (2, 8, 40, 3), make_wild_indices((6, 4), 40, np.int32, 11), 2),  # rows of the leading block
