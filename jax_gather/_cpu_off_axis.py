@@ -1,5 +1,6 @@
 """The derivative of a Gather along an axis other than the first (no batch dims), computed two
-other ways; jax_gather._cpu's table chooses between them by the number of indices.
+other ways; :func:`derivative` says which pays (or neither) from the ids, the positions before
+the axis, the trailing block and the dtype, and jax_gather._cpu's table applies it.
 
 Fact: XLA:CPU scatters JAX's transpose of a gather along axis a > 0 along that axis: a strided
 scatter, each index writing one element (or trailing block) into every leading row of data.
