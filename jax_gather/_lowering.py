@@ -17,6 +17,7 @@ import contextvars
 import dataclasses
 import functools
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +33,7 @@ from jax_gather._fill import (
     xla_cpu_converts_select,
     xla_cpu_keeps_bits,
 )
-from jax_gather._traced_bounds import in_range_vectors, index_vectors
+from jax_gather._traced_bounds import dropping_vectors, in_range_vectors, index_vectors
 from jax_gather.plans import GatherPlan
 
 PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
@@ -155,14 +156,15 @@ def gather_or_fill(
     is False."""
     idx = index_vectors(plan, indices, clip=False)
     if low.fill is None:
-        return select_fill(data, idx, ok, fill, indices, plan, low)
+        fill_then = select_fill if low.derivative else _select_fill_dropping  # its tangent reads in bounds
+        return fill_then(data, idx, ok, fill, indices, plan, low)
     slots = index_vectors(plan, indices, clip=False, past_end=True)
 
-    def generic(data, idx, slots, ok, fill):
+    def generic(data, idx, slots, ok, fill, indices):
         return select_fill(data, idx, ok, fill, indices, plan, low)
 
     cpu = functools.partial(_fill_on_cpu, plan=plan, low=low)
-    return lax.platform_dependent(data, idx, slots, ok, fill, cpu=cpu, default=generic)
+    return lax.platform_dependent(data, idx, slots, ok, fill, indices, cpu=cpu, default=generic)
 
 
 def _gather(data: jax.Array, idx: jax.Array, plan: GatherPlan, low: Lowering) -> jax.Array:
@@ -213,6 +215,39 @@ def select_fill(
     return masked(ok, out, fill, plan, pin=pin, pin_with=low.pin)
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
+def _select_fill_dropping(
+    data: jax.Array,
+    idx: jax.Array,
+    ok: jax.Array,
+    fill: jax.Array,
+    indices: jax.Array,
+    plan: GatherPlan,
+    low: Lowering,
+) -> jax.Array:
+    """``select_fill``, differentiated as a gather that drops what is out of bounds: its
+    transpose is one scatter that drops those (XLA's own), where the select's would recompute
+    the mask for the cotangent's select and clamp the indices. The derivative then counts what
+    jnp's "fill" counts (GatherElements of 208 elements: 832 flops, 2288 through the select,
+    which handed the program to JAX's worker thread: 1.14-1.27x jnp's time, up to 7.7x)."""
+    return select_fill(data, idx, ok, fill, indices, plan, low)
+
+
+@_select_fill_dropping.defjvp
+def _select_fill_dropping_jvp(plan, low, primals, tangents):
+    data, idx, ok, fill, indices = primals
+    data_dot, _, _, fill_dot, _ = tangents
+    tangent = _dropped(data_dot, dropping_vectors(plan, indices), ok, fill_dot, plan)
+    return _select_fill_dropping(data, idx, ok, fill, indices, plan, low), tangent
+
+
+def _dropped(data_dot: jax.Array, idx: jax.Array, ok: jax.Array, fill_dot: Any, plan: GatherPlan) -> Any:
+    """The tangent of "fill": ``data_dot`` gathered where ``idx`` is in bounds, else ``fill_dot``."""
+    drop = lax.GatherScatterMode.FILL_OR_DROP
+    gathered = lax.gather(data_dot, idx, plan.dimension_numbers, plan.slice_sizes, mode=drop, fill_value=0)
+    return gathered + jnp.where(_spread(ok, plan), jnp.zeros_like(fill_dot), fill_dot)
+
+
 def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array | None:
     """One run-time integer per index (``per_index``) where the select of "fill" needs its bits
     pinned (:func:`jax_gather._fill.xla_cpu_keeps_bits`): over slices of more than one element,
@@ -243,26 +278,31 @@ def masked(
     return select_exact(mask, out, fill, zeros, pin_with)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7))
 def _fill_on_cpu(
     data: jax.Array,
     idx: jax.Array,
     slots: jax.Array,
     ok: jax.Array,
     fill: jax.Array,
+    indices: jax.Array,
     plan: GatherPlan,
     low: Lowering,
 ) -> jax.Array:
-    """``low.fill``, differentiated as the select: its transpose scatters into data itself, where
-    the CPU fill's might scatter into a padded copy and then cut the slice out."""
+    """``low.fill``, differentiated as the select (or, without a derivative lowering, as
+    :func:`_select_fill_dropping`): its transpose scatters into data itself, where the CPU
+    fill's might scatter into a padded copy and then cut the slice out."""
     assert low.fill is not None
     return low.fill(data, slots, fill, plan)
 
 
 @_fill_on_cpu.defjvp
 def _fill_on_cpu_jvp(plan, low, primals, tangents):
-    _, idx, _, ok, _ = primals
-    data_dot, _, _, _, fill_dot = tangents
+    _, idx, _, ok, _, indices = primals
+    data_dot, _, _, _, fill_dot, _ = tangents
+    if low.derivative is None:
+        tangent = _dropped(data_dot, dropping_vectors(plan, indices), ok, fill_dot, plan)
+        return _fill_on_cpu(*primals, plan, low), tangent
     with _while(_TANGENT):
         tangent = masked(ok, _on_cpu(low.derivative, data_dot, idx, plan), fill_dot, plan)
     return _fill_on_cpu(*primals, plan, low), tangent

@@ -275,6 +275,16 @@ def index_vectors(
     return idx if plan.tuple_indices else idx[..., None]
 
 
+def dropping_vectors(plan: GatherPlan, indices: jax.Array) -> jax.Array:
+    """Index vectors for a FILL_OR_DROP gather: each negative index moved up by s, every other as
+    it is, in the signed working dtype (an index out of bounds stays out; no unsigned view, whose
+    two bitcasts XLA's cost analysis counts): three ops an index, as jnp's."""
+    target = _index_dtype(plan)
+    idx, sizes = _saturate(indices, target), axis_sizes(plan, target)
+    idx = jnp.where(idx < 0, idx + sizes, idx)
+    return idx if plan.tuple_indices else idx[..., None]
+
+
 def in_range_vectors(plan: GatherPlan, indices: jax.Array) -> jax.Array:
     """Index vectors from indices known to be in [0, s-1]: taken as they are (no arithmetic),
     only widened from a narrow or unsigned dtype to the signed one the gather reads."""
