@@ -215,22 +215,12 @@ def select_fill(
     return masked(ok, out, fill, plan, pin=pin, pin_with=low.pin)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
-def _select_fill_dropping(
-    data: jax.Array,
-    idx: jax.Array,
-    ok: jax.Array,
-    fill: jax.Array,
-    indices: jax.Array,
-    plan: GatherPlan,
-    low: Lowering,
-) -> jax.Array:
-    """``select_fill``, differentiated as a gather that drops what is out of bounds: its
-    transpose is one scatter that drops those (XLA's own), where the select's would recompute
-    the mask for the cotangent's select and clamp the indices. The derivative then counts what
-    jnp's "fill" counts (GatherElements of 208 elements: 832 flops, 2288 through the select,
-    which handed the program to JAX's worker thread: 1.14-1.27x jnp's time, up to 7.7x)."""
-    return select_fill(data, idx, ok, fill, indices, plan, low)
+# select_fill, differentiated as a gather that drops what is out of bounds: its transpose is one
+# scatter that drops those (XLA's own), where the select's recomputes the mask for the
+# cotangent's select and clamps the indices. The derivative then counts what jnp's "fill" counts
+# (GatherElements of 208 elements: 832 flops, 2288 through the select, which handed the program
+# to JAX's worker thread: 1.14-1.27x jnp's time, up to 7.7x).
+_select_fill_dropping = jax.custom_jvp(select_fill, nondiff_argnums=(5, 6))
 
 
 @_select_fill_dropping.defjvp
