@@ -25,7 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather._cpu_client import INLINE_FLOPS
 from jax_gather._cpu_linear import linear_index_dtype
 from jax_gather._lowering import direct
 from jax_gather.plans import GatherPlan, gather_plan
@@ -42,9 +41,9 @@ MOVED_MIN_POSITIONS, MOVED_MIN_POSITIONS_2_BYTES = 8, 32
 MOVED_MIN_COVER, MOVED_MIN_COVER_BFLOAT16 = 1 / 2, 1 / 8
 # Rows of the leading block, float32 with fewer ids: 0.2-0.7 from P >= 16 (over 8, 1.0-1.4), over
 # trailing blocks under a cache line (S = 4-8: 0.2-0.7; 16, one line: 0.7-1.04). Not for 2-byte
-# floats: their element scatter took 1.2-2.7x (bfloat16) and 1.2-1.4x (float16, P = 16). Nor
-# where JAX's scatter counts under INLINE_FLOPS (one per element): the row index's two flops a
-# row would take the program to JAX's worker thread (23 positions by 26 ids: 2.1x).
+# floats: their element scatter took 1.2-2.7x (bfloat16) and 1.2-1.4x (float16, P = 16). (Nor,
+# jax_gather._cpu's row says, where JAX's scatter counts under INLINE_FLOPS: the row index's
+# flops would take the program to JAX's worker thread, 23 positions by 26 ids: 2.1x.)
 LEADING_MIN_POSITIONS, LEADING_MAX_TRAIL_BYTES = 16, 64
 
 
@@ -61,7 +60,6 @@ def derivative(plan: GatherPlan, shape: tuple, dtype: np.dtype, one_device: bool
     float32_or_wider = dtype.kind == "f" and dtype.itemsize >= 4
     small_trail = trail * dtype.itemsize < LEADING_MAX_TRAIL_BYTES
     leading = float32_or_wider and small_trail and positions >= LEADING_MIN_POSITIONS and one_device
-    leading = leading and positions * ids * trail >= INLINE_FLOPS
     return LEADING if leading and linear_index_dtype(shape, x64) is not None else None
 
 
