@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_gather import _cpu_off_axis as off_axis
+from jax_gather import _cpu_linear as linear, _cpu_off_axis as off_axis
 from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
 from jax_gather._cpu_columns import columns_by_written_indices, reads_columns, xla_widens_column_indices
 from jax_gather._cpu_fills import (
@@ -48,7 +48,7 @@ from jax_gather._cpu_fills import (
     read_fill_from_pad,
     xla_vectorises_rows_clamped,
 )
-from jax_gather._cpu_linear import by_linear_index, linear_index_dtype, xla_vectorises_linear_indices
+from jax_gather._cpu_linear import linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, xla_vectorises_rows_in_units
 from jax_gather._fill import clamped_bits, narrow_float, selected_as_bits, xla_cpu_keeps_bits
 from jax_gather._lowering import GENERIC, Lowering
@@ -237,6 +237,11 @@ def _scatter_handed_over(site: Site) -> bool:
     return math.prod(site.plan.output_shape) >= INLINE_FLOPS
 
 
+def _index_at_rows(site: Site) -> bool:
+    """Whether XLA:CPU computes the linear index in vector instructions (else 1.12-1.24x JAX's)."""
+    return linear.index_tasks_start_at_rows(site.plan.output_shape, site.x64)
+
+
 def _pads(site: Site) -> bool:
     """Whether data may be padded with the fill: on one device, and not for the narrow floats.
     Fact: XLA:CPU gathers bfloat16 as float32 and the float8 types as float16, between two
@@ -334,7 +339,7 @@ ROWS = (
         "batched_nd_by_linear_index",
         "forward",
         _batched_nd_linear,
-        lambda s: functools.partial(by_linear_index, dtype=_linear(s)),
+        lambda s: functools.partial(linear.by_linear_index, dtype=_linear(s)),
     ),
     Row(
         "short_rows_in_bytes",
@@ -357,8 +362,8 @@ ROWS = (
     Row(
         "linear_derivative",
         "derivative",
-        lambda s: _linear(s) is not None and _scatter_handed_over(s),
-        lambda s: functools.partial(by_linear_index, dtype=_linear(s)),
+        lambda s: _linear(s) is not None and _scatter_handed_over(s) and _index_at_rows(s),
+        lambda s: functools.partial(linear.by_linear_index, dtype=_linear(s)),
     ),
     Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: read_fill_from_pad),
     Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: read_fill_from_pad),
@@ -491,10 +496,3 @@ def _bits(dtype: np.dtype) -> int:
     if jnp.issubdtype(dtype, jnp.floating):
         return int(jnp.finfo(dtype).bits)
     return 8 * dtype.itemsize  # bool, complex
-
-
-# ---- the derivative of element gathers by one linear index -----------------------------------
-# Fact: XLA:CPU scatters JAX's transpose of an element gather by index tuples (for batching dims,
-# an iota per dim concatenated with the index, written out and read back). By one linear index
-# into the whole of data, flattened (jax_gather._cpu_linear), the transpose is one scatter into
-# one dim.

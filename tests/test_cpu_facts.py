@@ -10,6 +10,7 @@ of AVX-512 is asked of the CPU at hand and its canary says which.
 """
 
 import functools
+import math
 import os
 import platform
 import re
@@ -652,6 +653,48 @@ def test_xla_scatters_the_transpose_of_an_element_gather_by_index_tuples(
     grad = jax.grad(lambda d, i: _direct(plan_fn, attribute)(d, i).sum())
     dims = _scatter_dims(_compiled_text(grad, np.zeros(data_shape, np.float32), indices))
     assert dims and all(len(d.split(",")) >= 2 for d in dims), f"XLA:CPU now scatters by {dims}"
+
+
+def _linear_gradient(shape, indices_shape):
+    """The gradient of GatherElements along the last axis by the linear index, and its arguments."""
+    plan = plans.gather_elements_plan(shape, indices_shape, -1)
+    by_linear = functools.partial(_cpu_linear.by_linear_index, plan=plan, dtype=jnp.int32)
+    grad = jax.grad(lambda d, i: by_linear(d, i[..., None]).sum())
+    return grad, (np.zeros(shape, np.float32), np.zeros(indices_shape, np.int32))
+
+
+def _index_loop(compiled_text: str, elements: int) -> str:
+    """The line of the fusion that computes the flat linear index of ``elements``."""
+    lines = compiled_text.splitlines()
+    (line,) = [line for line in lines if f"= s32[{elements},1]" in line and "fusion(" in line]
+    return line
+
+
+@pytest.mark.parametrize("rows", [1300, 1311, 1312, 5263], ids=lambda r: f"{r}x50")
+def test_xla_splits_the_linear_index_of_a_derivative_into_the_tasks_the_library_counts(rows):
+    # What _cpu_linear.index_tasks models (XLA's cost model of a loop of fewer flops than bytes):
+    # a task per 256 KiB of int32 index in and out, here 65000, 65550, 65600 and 263150 elements,
+    # on one core none.
+    grad, args = _linear_gradient((rows, 50), (rows, 50))
+    line = _index_loop(_compiled_text(grad, *args), rows * 50)
+    split = re.search(r'outer_dimension_partitions":\["(\d+)"', line)
+    assert (int(split.group(1)) if split else 1) == _cpu_linear.index_tasks(rows * 50, 4), line
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(5263, 57), (5264, 57), (4687, 64), (14999, 20), (3, 1755, 57), (6, 877, 57), (3, 1563, 64), (1300, 50)],
+    ids=str,
+)
+def test_xla_computes_the_linear_index_in_vector_instructions_where_its_tasks_start_at_rows(shape):
+    # Why linear_derivative asks _cpu_linear.index_tasks_start_at_rows: where a task of XLA's split
+    # starts inside a row, the index is computed one element at a time (by division).
+    grad, args = _linear_gradient(shape, shape)
+    lowered = jax.jit(grad).lower(*_on_cpu(*args))
+    name = re.search(r"%(\S+) = ", _index_loop(lowered.compile().as_text(), math.prod(shape))).group(1)
+    (ir,) = [ir for ir in _cpu_client.kernel_irs(lowered) if f"__compute_module_{name}_kernel" in ir[:300]]
+    vectorised = bool(_cpu_linear.VECTOR_OF_INTEGERS.search(ir))
+    assert vectorised == _cpu_linear.index_tasks_start_at_rows(shape, False), name
 
 
 # ---- moved_axis_derivative -----------------------------------------------------------------------

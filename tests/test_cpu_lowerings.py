@@ -50,6 +50,10 @@ COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
 BY_LINEAR = {ND_LINEAR} if _cpu.xla_vectorises_linear_indices() else set()
 # The two-loop fill only where XLA splits loops into tasks (a process on two cores or more).
 SPLIT = {TWO_LOOPS} if _cpu.xla_splits_loops() else set()
+# A lookup reads 6 MiB of cache lines from a pad only where XLA splits the select's loop.
+SPLIT_PAD = {LOOKUP_PAD} if _cpu.xla_splits_loops() else set()
+# The linear derivative of an odd count of rows only where XLA does not split its index's loop.
+ODD_ROWS = set() if _cpu.xla_splits_loops() else {LINEAR}
 
 
 # (data shape, dtype, plan, the lowerings it takes on one CPU device)
@@ -132,7 +136,7 @@ SELECTIONS = [
     ((16, 40, 16), np.float32, plans.gather_plan((16, 40, 16), (S + 1,), 1), set()),  # a cache line
     ((16, 40, 2), np.float32, plans.gather_plan((16, 40, 2), (S + 1,), 1), {LEADING}),  # not moved: a block
     ((16, 40), np.complex64, plans.gather_plan((16, 40), (3,), 1), set()),  # real floats only
-    (HUGE, np.float32, plans.gather_plan(HUGE, (3,), 1), {LOOKUP_PAD}),  # an int32 row index would wrap
+    (HUGE, np.float32, plans.gather_plan(HUGE, (3,), 1), SPLIT_PAD),  # an int32 row index would wrap
     # Element gathers differentiate by one linear index; GatherND's after batch dims read their
     # fill from a pad.
     # From INLINE_FLOPS elements (1000), where JAX's scatter alone counts that many flops.
@@ -156,6 +160,13 @@ SELECTIONS = [
     ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (32, 32), 0), {LINEAR}),
     ((8, 32), np.float32, plans.gather_elements_plan((8, 32), (8, 32), 0), set()),
     ((8, 32), np.bool_, plans.gather_elements_plan((8, 32), (8, 125), 1), {LINEAR}),
+    # From 512 KiB of int32 index in and out, where XLA splits the loop of the linear index into
+    # tasks: only where each starts at a row (or the rows' length is a power of two).
+    ((1309, 50), np.float32, plans.gather_elements_plan((1309, 50), (1309, 50), 1), {LINEAR}),  # one task
+    ((5263, 57), np.float32, plans.gather_elements_plan((5263, 57), (5263, 57), 1), ODD_ROWS),
+    ((5264, 57), np.float32, plans.gather_elements_plan((5264, 57), (5264, 57), 1), {LINEAR}),
+    ((4687, 64), np.float32, plans.gather_elements_plan((4687, 64), (4687, 64), 1), {LINEAR}),
+    ((3, 1563, 64), np.float32, plans.gather_elements_plan((3, 1563, 64), (3, 1563, 64), 2), ODD_ROWS),
     ((40,), np.float32, plans.gather_plan((40,), (9,), 0), set()),  # one dim already
     ((40,), np.float32, plans.gather_nd_plan((40,), (9, 1)), set()),
     (HUGE, np.int8, plans.gather_nd_plan(HUGE, (1000, 2)), set()),  # int32 would wrap, no x64
@@ -219,6 +230,26 @@ def test_a_short_lookup_reads_a_pad_up_to_what_its_one_core_reads_faster(
     finally:
         _cpu._choose.cache_clear()
     assert padded == (ON and (where_split if splits else on_one_core))
+
+
+@pytest.mark.parametrize(
+    "cores, rows, chosen",
+    [(1, 5263, True), (2, 5263, False), (2, 5264, True), (16, 5264, False), (16, 5268, True)]
+    + [(16, 1149, True)],
+)
+def test_the_linear_derivative_needs_each_task_xla_may_split_its_index_into_to_start_at_a_row(
+    monkeypatch, cores, rows, chosen
+):
+    # On 16 cores XLA splits the index of 5264 x 57 elements into 4 tasks (the square root of the
+    # cores): 5264 rows do not divide by 3, 5268 by 2, 3 and 4; 1149 rows stay one task.
+    monkeypatch.setattr(_cpu_linear, "usable_cores", lambda: cores)
+    plan = plans.gather_elements_plan((rows, 57), (rows, 57), 1)
+    _cpu._choose.cache_clear()
+    try:
+        names = _cpu.lowering(plan, (rows, 57), np.float32).names
+    finally:
+        _cpu._choose.cache_clear()
+    assert names == ({LINEAR} if ON and chosen else set())
 
 
 def test_int64_linear_offsets_need_x64():
