@@ -239,7 +239,8 @@ def _scatter_handed_over(site: Site) -> bool:
 
 def _index_at_rows(site: Site) -> bool:
     """Whether XLA:CPU computes the linear index in vector instructions (else 1.12-1.24x JAX's)."""
-    return linear.index_tasks_start_at_rows(site.plan.output_shape, site.x64)
+    at_rows = linear.index_tasks_start_at_rows(site.plan.output_shape, site.x64)
+    return at_rows or not linear.xla_scalarises_split_rows()  # a fact of this JAX: asked last, once
 
 
 def _pads(site: Site) -> bool:

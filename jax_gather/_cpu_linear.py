@@ -18,7 +18,7 @@ from jax import lax
 
 from jax_gather._cpu_client import kernel_ir_holds, usable_cores
 from jax_gather._lowering import direct
-from jax_gather.plans import GatherPlan, gather_nd_plan, gather_plan
+from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
 
 def linear_index_dtype(shape: tuple, x64: bool) -> Any:
@@ -75,8 +75,9 @@ def xla_vectorises_linear_indices() -> bool:
 # A task that starts inside a row (the first dim of the gather's output not a multiple of the
 # tasks) makes XLA find each element's coordinates by division, in scalar code, where whole rows
 # keep the loop in vector instructions; a last dim of a power of two divides by a shift (an index
-# of rank two). Measured (AMD EPYC, two tasks): the index of 5263 rows of 57 took 234 us, of 4687
-# rows of 64 62 us; the derivative by it 1.12-1.24x JAX's own, over 5264 rows 0.6.
+# of rank two). Measured (AMD EPYC, JAX 0.10, two tasks): the index of 5263 rows of 57 took 234 us,
+# of 4687 rows of 64 62 us; the derivative by it 1.12-1.24x JAX's own, over 5264 rows 0.6. From
+# JAX 0.12 XLA vectorises such a loop either way: the CPU at hand and its JAX are asked, once.
 TASK_BYTES = 256 << 10
 
 
@@ -97,3 +98,15 @@ def index_tasks_start_at_rows(shape: tuple, x64: bool) -> bool:
     if tasks == 1 or len(shape) < 2 or (len(shape) == 2 and shape[1] & (shape[1] - 1) == 0):
         return True
     return all(shape[0] % count == 0 for count in range(2, tasks + 1))
+
+
+@functools.cache
+def xla_scalarises_split_rows() -> bool:
+    """Whether XLA:CPU, in this process, computes the derivative's linear index one element at a
+    time where a task of its split starts inside a row: asked once a process, by the LLVM IR of
+    the derivative over 5263 rows of 57 (about 100 ms; no split on one core, so no)."""
+    plan = gather_elements_plan((5263, 57), (5263, 57), -1)
+    by_linear = functools.partial(by_linear_index, plan=plan, dtype=jnp.int32)
+    grad = jax.grad(lambda d, i: by_linear(d, i[..., None]).sum())
+    shapes = (((5263, 57), jnp.float32), ((5263, 57), jnp.int32))
+    return not kernel_ir_holds(VECTOR_OF_INTEGERS, grad, *shapes)

@@ -52,8 +52,9 @@ BY_LINEAR = {ND_LINEAR} if _cpu.xla_vectorises_linear_indices() else set()
 SPLIT = {TWO_LOOPS} if _cpu.xla_splits_loops() else set()
 # A lookup reads 6 MiB of cache lines from a pad only where XLA splits the select's loop.
 SPLIT_PAD = {LOOKUP_PAD} if _cpu.xla_splits_loops() else set()
-# The linear derivative of an odd count of rows only where XLA does not split its index's loop.
-ODD_ROWS = set() if _cpu.xla_splits_loops() else {LINEAR}
+# The linear derivative of an odd count of rows only where XLA does not split its index's loop,
+# or computes it in vector instructions all the same (from JAX 0.12).
+ODD_ROWS = set() if _cpu.xla_splits_loops() and _cpu_linear.xla_scalarises_split_rows() else {LINEAR}
 
 
 # (data shape, dtype, plan, the lowerings it takes on one CPU device)
@@ -233,16 +234,18 @@ def test_a_short_lookup_reads_a_pad_up_to_what_its_one_core_reads_faster(
 
 
 @pytest.mark.parametrize(
-    "cores, rows, chosen",
-    [(1, 5263, True), (2, 5263, False), (2, 5264, True), (16, 5264, False), (16, 5268, True)]
-    + [(16, 1149, True)],
+    "cores, rows, scalar, chosen",
+    [(1, 5263, True, True), (2, 5263, True, False), (2, 5264, True, True), (16, 5264, True, False)]
+    + [(16, 5268, True, True), (16, 1149, True, True), (2, 5263, False, True), (16, 5264, False, True)],
 )
 def test_the_linear_derivative_needs_each_task_xla_may_split_its_index_into_to_start_at_a_row(
-    monkeypatch, cores, rows, chosen
+    monkeypatch, cores, rows, scalar, chosen
 ):
     # On 16 cores XLA splits the index of 5264 x 57 elements into 4 tasks (the square root of the
-    # cores): 5264 rows do not divide by 3, 5268 by 2, 3 and 4; 1149 rows stay one task.
+    # cores): 5264 rows do not divide by 3, 5268 by 2, 3 and 4; 1149 rows stay one task. Where
+    # XLA computes a split row in vector instructions all the same (scalar False), any count.
     monkeypatch.setattr(_cpu_linear, "usable_cores", lambda: cores)
+    monkeypatch.setattr(_cpu_linear, "xla_scalarises_split_rows", lambda: scalar)
     plan = plans.gather_elements_plan((rows, 57), (rows, 57), 1)
     _cpu._choose.cache_clear()
     try:
