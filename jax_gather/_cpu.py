@@ -44,13 +44,14 @@ from jax_gather._cpu_columns import columns_by_written_indices, reads_columns, x
 from jax_gather._cpu_fills import (
     column_fill_from_pad,
     fill_after_written_slots,
-    output_rows,
+    pinned_rows,
     read_fill_from_pad,
+    xla_vectorises_pinned_rows,
     xla_vectorises_rows_clamped,
 )
 from jax_gather._cpu_linear import linear_index_dtype, xla_vectorises_linear_indices
-from jax_gather._cpu_rows import rows_in_units, xla_vectorises_rows_in_units
-from jax_gather._fill import clamped_bits, narrow_float, selected_as_bits, xla_cpu_keeps_bits
+from jax_gather._cpu_rows import rows_in_units, takes_whole_rows, xla_vectorises_rows_in_units
+from jax_gather._fill import clamped_bits, narrow_float, selected_as_bits
 from jax_gather._lowering import GENERIC, Lowering
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
@@ -160,13 +161,18 @@ class Row(NamedTuple):
 def _short_rows(site: Site) -> bool:
     """Rows of 16-64 elements taken whole, for an output of short_rows_min_bytes or more:
     below, the tasks cost more than the copy saves. Not where its bitcasts would move the program
-    to a worker thread (_hand_over_pays), nor before a fill's select the clamp pin vectorises
-    (_rows_clamped; GatherND rows of 40-56 bfloat16: 0.66-1.01 of jnp's time without, 0.84-1.33 with)."""
+    to a worker thread (_hand_over_pays), nor before a fill's select of pinned rows that XLA:CPU
+    vectorises (with the clamp where chosen, or the exclusive or), whose loop reads the rows as
+    they are: in bytes, the fill measured slower (AMD EPYC, AVX-512 and AVX2: bfloat16 GatherND
+    rows of 60-64 by 16384-400000 ids 0.75-0.95 of the time with; rows of 40-56, clamped, 0.66-1.01
+    of jnp's time against 0.84-1.33)."""
     plan, shape, dtype = site.plan, site.shape, site.dtype
-    clamped = "rows_pinned_by_a_clamp" not in _disabled and _rows_clamped(site)  # without(): in bytes
-    rows = _takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS and not clamped
+    rows = takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
     big = rows and _output_bytes(plan, dtype) >= short_rows_min_bytes(dtype)
-    return big and _hand_over_pays(site, INLINE_FLOPS) and xla_vectorises_rows_in_units()  # asked last
+    if not (big and _hand_over_pays(site, INLINE_FLOPS) and xla_vectorises_rows_in_units()):
+        return False
+    clamped = "rows_pinned_by_a_clamp" not in _disabled and _rows_clamped(site)  # without(): in bytes
+    return not (clamped or (bool(row := _pinned_rows(site)) and xla_vectorises_pinned_rows(dtype, row)))
 
 
 def short_rows_min_bytes(dtype: Any) -> int:
@@ -321,12 +327,14 @@ def _fill_loop_splits(site: Site) -> bool:
     return flops > nbytes and flops + 10 * nbytes >= SPLIT_COST
 
 
+def _pinned_rows(site: Site) -> tuple[int, ...]:
+    """A fill's rows whose bits its select pins, of up to 64 elements (SHORT_ROWS); else ()."""
+    return pinned_rows(site.plan, site.dtype, SHORT_ROWS[-1]) if site.index_flops is None else ()
+
+
 def _rows_clamped(site: Site) -> bool:
-    """A fill's select of rows whose bits are pinned (jax_gather._fill.xla_cpu_keeps_bits), of up
-    to 64 elements (SHORT_ROWS), where XLA:CPU vectorises the clamp pin's loop and not the xor's."""
-    pinned = site.index_flops is None and not xla_cpu_keeps_bits(site.dtype)  # a fill's select
-    short = bool(row := output_rows(site.plan)) and row[-1] < SHORT_ROWS.stop  # none: elements
-    return pinned and short and xla_vectorises_rows_clamped(site.dtype, row)  # asked last
+    """Pinned rows where XLA:CPU vectorises the clamp pin's loop and not the exclusive or's."""
+    return bool(row := _pinned_rows(site)) and xla_vectorises_rows_clamped(site.dtype, row)
 
 
 ROWS = (
@@ -468,26 +476,6 @@ def _index_components(plan: GatherPlan) -> int:
     dn = plan.dimension_numbers
     batch = [d for i, d in enumerate(plan.output_shape) if i not in dn.offset_dims]
     return math.prod(batch) * len(dn.start_index_map)
-
-
-# ---- short rows in narrower units ---------------------------------------------------------------
-# In bytes (nibbles for one-byte types) XLA emits a longer loop body that LLVM keeps and
-# vectorises, folding the bitcasts' shifts back into whole-element moves. Bit-exact.
-
-
-def _takes_whole_rows(shape: tuple, dtype: np.dtype, plan: GatherPlan) -> bool:
-    """Whether every slice takes data's last dim whole and it ends the output, for a dtype with
-    a bitcast to bytes (integers and reals; not bool or complex)."""
-    real = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
-    if len(shape) < 2 or not real or _bits(dtype) not in (8, 16, 32, 64):  # sub-byte types: no unit
-        return False
-    dn, last = plan.dimension_numbers, len(shape) - 1
-    return (
-        plan.slice_sizes[-1] == shape[-1]
-        and bool(dn.offset_dims)
-        and dn.offset_dims[-1] == len(plan.output_shape) - 1
-        and last not in dn.collapsed_slice_dims + dn.operand_batching_dims
-    )
 
 
 def _bits(dtype: np.dtype) -> int:

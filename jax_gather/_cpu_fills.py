@@ -9,11 +9,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jax_gather._cpu_client import kernel_ir_holds
 from jax_gather._cpu_columns import columns_by_written_indices
-from jax_gather._fill import PinFn, clamped_bits, pinned_bits
+from jax_gather._fill import PinFn, clamped_bits, pinned_bits, xla_cpu_keeps_bits
 from jax_gather._lowering import GENERIC, Lowering, direct, gather_or_fill, select_fill
 from jax_gather._traced_bounds import axis_sizes, in_bounds_mask
 from jax_gather.plans import GatherPlan, gather_plan
@@ -81,29 +82,34 @@ def fill_after_written_slots(
 # GatherND rows 0.84-1.33 of jnp's time, as they are 0.66-1.01.
 
 
-def output_rows(plan: GatherPlan) -> tuple[int, ...]:
-    """The shape of the output's rows: its trailing dims that are slice dims (none where its last
-    dim is an index's)."""
+def pinned_rows(plan: GatherPlan, dtype: np.dtype, longest: int) -> tuple[int, ...]:
+    """The shape of the output's rows (its trailing dims that are slice dims) where a fill's select
+    pins their bits (jax_gather._fill.xla_cpu_keeps_bits), rows of up to ``longest`` elements;
+    () elsewhere, and where the output's last dim is an index's."""
+    if xla_cpu_keeps_bits(dtype):
+        return ()
     out, offset_dims = plan.output_shape, plan.dimension_numbers.offset_dims
     trailing = 0
     while trailing < len(out) and len(out) - 1 - trailing in offset_dims:
         trailing += 1
-    return tuple(out[len(out) - trailing :])
+    row = tuple(out[len(out) - trailing :])
+    return row if row and row[-1] <= longest else ()
 
 
 @functools.lru_cache(maxsize=256)
-def xla_vectorises_rows_clamped(dtype: Any, row: tuple[int, ...]) -> bool:
-    """Whether XLA:CPU compiles the pinned select of "fill" over rows of shape ``row`` of
-    ``dtype`` to vector instructions with the clamp pin and to scalar moves with the exclusive
-    or: asked once a process, type and row shape, by the LLVM IR of a lookup of two such rows
-    with each pin (two compiles, 40-100 ms)."""
+def xla_vectorises_pinned_rows(dtype: Any, row: tuple[int, ...], pin: PinFn = pinned_bits) -> bool:
+    """Whether XLA:CPU compiles the select of "fill" over rows of shape ``row`` of ``dtype``,
+    pinned by ``pin`` (the exclusive or unless told), to vector instructions: asked once a process,
+    type, row shape and pin, by the LLVM IR of a lookup of two such rows (20-50 ms)."""
     vectors = re.compile(rf"<\d+ x i{8 * jnp.dtype(dtype).itemsize}>")
     data = ((4, *row), dtype)
     plan = gather_plan(data[0], (2,), 0)
+    fill = jnp.zeros((), dtype)
+    lookup = lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), fill, plan, Lowering(pin=pin))
+    return kernel_ir_holds(vectors, lookup, data, ((2,), jnp.int32))
 
-    def lookup(pin: PinFn):
-        fill = jnp.zeros((), dtype)
-        return lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), fill, plan, Lowering(pin=pin))
 
-    vectorised = lambda pin: kernel_ir_holds(vectors, lookup(pin), data, ((2,), jnp.int32))
-    return vectorised(clamped_bits) and not vectorised(pinned_bits)
+def xla_vectorises_rows_clamped(dtype: Any, row: tuple[int, ...]) -> bool:
+    """Whether XLA:CPU vectorises the pinned select of "fill" over rows of shape ``row`` of
+    ``dtype`` with the clamp pin and not with the exclusive or (two compiles, once)."""
+    return xla_vectorises_pinned_rows(dtype, row, clamped_bits) and not xla_vectorises_pinned_rows(dtype, row)

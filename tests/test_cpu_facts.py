@@ -155,6 +155,23 @@ def test_a_fill_of_bfloat16_rows_is_vectorised_with_the_clamp_pin_where_the_libr
 
 
 @needs_cpu_lowerings
+@pytest.mark.parametrize("width", [32, 64])
+def test_a_fill_of_bfloat16_rows_reads_them_whole_where_xla_vectorises_its_select(width):
+    # Why a fill whose select of pinned rows XLA vectorises takes no short rows in bytes: that
+    # loop reads the rows as they are, and in bytes the fill measured slower. The probe's
+    # two-row lookup answers for the library's program (rows of 60-64 vectorised with the
+    # exclusive or, 16-58 not: x86-64 with AVX-512, JAX 0.10), and the choice follows it.
+    data, ids = np.zeros((1000, width), BF16), np.zeros(_cpu.SHORT_ROWS_MIN_BYTES // width, np.int32)
+    plan = plans.gather_plan(data.shape, ids.shape, 0)
+    fact = _cpu_fills.xla_vectorises_pinned_rows(np.dtype(BF16), (width,))
+    whole = fact or _cpu_fills.xla_vectorises_rows_clamped(np.dtype(BF16), (width,))
+    in_bytes = _cpu_rows.xla_vectorises_rows_in_units() and not whole
+    assert ("short_rows_in_bytes" in _cpu.lowering(plan, data.shape, data.dtype).names) == in_bytes
+    with _cpu.without("short_rows_in_bytes", "rows_pinned_by_a_clamp"):
+        assert bool(VECTOR_OF_16_BITS.search(_optimized_ir(_bfloat16_fill, data, ids))) == fact
+
+
+@needs_cpu_lowerings
 def test_the_clamp_pin_counts_as_the_exclusive_or_in_xlas_cost_analysis():
     # Why the clamp changes no other choice: XLA counts it as one op an element, as the exclusive
     # or, and its upper bound one an index, so the program's flops (its thread, its split into

@@ -538,6 +538,28 @@ def test_a_fill_whose_select_the_clamp_vectorises_gathers_its_rows_whole(
 
 
 @needs_cpu_lowerings
+@pytest.mark.parametrize("vectorises", [True, False])
+def test_a_fill_whose_select_xla_vectorises_with_the_exclusive_or_gathers_its_rows_whole(
+    vectorises, monkeypatch, rows_on_any_jax
+):
+    # As with the clamp: the select's vector loop reads the rows as they are.
+    asked = []
+    monkeypatch.setattr(_cpu, "xla_vectorises_rows_clamped", lambda *a: False)
+    monkeypatch.setattr(_cpu, "xla_vectorises_pinned_rows", lambda *a: asked.append(a) or vectorises)
+    _cpu._choose.cache_clear()
+    plan = plans.gather_plan((100, 64), (R,), 0)
+    try:
+        assert _cpu.lowering(plan, (100, 64), BF16).names == (set() if vectorises else {ROWS})
+        assert _cpu.lowering(plan, (100, 64), BF16, index_flops=3).names == {ROWS}  # a promise
+        assert _cpu.lowering(plan, (100, 64), np.float32).names == {ROWS}  # keeps its bits: no pin
+        small = plans.gather_plan((100, 64), (R // 4,), 0)
+        assert _cpu.lowering(small, (100, 64), BF16).names == set()  # under short rows' size
+    finally:
+        _cpu._choose.cache_clear()
+    assert asked == [(np.dtype(BF16), (64,))]  # once, of the fill's rows that take short rows
+
+
+@needs_cpu_lowerings
 @pytest.mark.parametrize("op", ["gather", "gather batch_dims=1", "gather_nd"])
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_rows_pinned_by_a_clamp_keep_every_bit(op, jit, clamp_on_any_cpu):
