@@ -526,6 +526,7 @@ def test_a_fill_whose_select_the_clamp_vectorises_gathers_its_rows_whole(
 ):
     # Its select's vector loop reads the rows as they are: in bytes, the fill measured slower.
     monkeypatch.setattr(_cpu, "xla_vectorises_rows_clamped", lambda *asked: vectorises)
+    monkeypatch.setattr(_cpu, "xla_vectorises_pinned_rows", lambda *asked: False)  # the xor's: scalar
     _cpu._choose.cache_clear()
     plan = plans.gather_plan((100, 48), (R,), 0)
     try:
