@@ -52,9 +52,10 @@ PAIRS = bench.Case("gather_nd, 8192 int8 pairs", "gather_nd", 0, (64, 64), (8192
 CLAMPED = bench.Case("gather axis 0, bfloat16 rows of 48", "gather", 0, (4096, 48), (4000,), True, "bfloat16")
 # And a gather of fewer columns than half the axis, whose derivative takes rows of the leading block.
 FEW_COLUMNS = bench.Case("gather axis 1, 256 of 4096 columns", "gather", 1, (512, 4096), (256,), True)
-CASES = {
-    c.name: c for c in (*bench.CASES, SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS, CLAMPED, FEW_COLUMNS)
-}
+# And a GatherND of a few pairs whose fill's flops the reduced tuple mask takes over INLINE_FLOPS.
+FEW_PAIRS = bench.Case("gather_nd, 45 pairs of rows of 8", "gather_nd", 0, (256, 256, 8), (45, 2), True)
+EXTRA = (SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS, CLAMPED, FEW_COLUMNS, FEW_PAIRS)
+CASES = {c.name: c for c in (*bench.CASES, *EXTRA)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,6 +232,10 @@ def choices() -> list[Choice]:
         ),
         Choice("nd_fill_in_two_loops", PAIRS.name, "default mode", ("nd_fill_in_two_loops",)),
         Choice("rows_pinned_by_a_clamp", CLAMPED.name, "default mode", ("rows_pinned_by_a_clamp",)),
+        *(
+            Choice("tuple_mask_by_and", case, "default mode", ("tuple_mask_by_and",))
+            for case in ("gather_nd rows", "gather_nd rows bfloat16", "gather_nd rows int8", FEW_PAIRS.name)
+        ),
     ]
     ge, nd = plans.gather_elements_plan, plans.gather_nd_plan
     generic = [

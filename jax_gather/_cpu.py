@@ -3,12 +3,12 @@
 The generic lowering (:mod:`jax_gather._lowering`) is one ``lax.gather`` on in-bounds index
 vectors, a select of ``fill_value`` after it for "fill", and JAX's own derivative. For some plans
 XLA:CPU compiles parts of that to slow code, and a lowering here replaces them. Each is one row
-of ``ROWS``: its name, the part it replaces (``forward``, ``derivative``, ``fill``, or the
-``pin`` of a select's bits), the rule that says when it applies, and what it puts in that part;
-for each part the first row whose rule holds wins. :func:`lowering` reads the table once per
-plan and returns a :class:`jax_gather._lowering.Lowering`; nothing outside this module knows
-why. Adding or deleting a lowering is adding or deleting its row (and its functions: below, or
-in the ``_cpu_*`` modules).
+of ``ROWS``: its name, the part it replaces (``forward``, ``derivative``, ``fill``, the ``pin``
+of a select's bits, or the ``mask`` of an index tuple), the rule that says when it applies, and
+what it puts in that part; for each part the first row whose rule holds wins. :func:`lowering`
+reads the table once per plan and returns a :class:`jax_gather._lowering.Lowering`; nothing
+outside this module knows why. Adding or deleting a lowering is adding or deleting its row (and
+its functions: below, or in the ``_cpu_*`` modules).
 
 Each lowering applies only on the CPU platform (through ``lax.platform_dependent``: other
 platforms, and exports for them, get the generic program), and rests on one fact about XLA:CPU
@@ -42,6 +42,7 @@ from jax_gather import _cpu_linear as linear, _cpu_off_axis as off_axis
 from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
 from jax_gather._cpu_columns import columns_by_written_indices, reads_columns, xla_widens_column_indices
 from jax_gather._cpu_fills import (
+    all_components,
     column_fill_from_pad,
     fill_after_written_slots,
     pinned_rows,
@@ -153,7 +154,7 @@ class Row(NamedTuple):
     generic lowering it replaces, when it applies, and what it puts there."""
 
     name: str
-    part: str  # the field of Lowering it gives: "forward", "derivative" or "fill"
+    part: str  # the field of Lowering it gives: "forward", "derivative", "fill", "pin" or "mask"
     applies: Callable[[Site], bool]
     make: Callable[[Site], Any]  # the function for that field
 
@@ -327,6 +328,14 @@ def _fill_loop_splits(site: Site) -> bool:
     return flops > nbytes and flops + 10 * nbytes >= SPLIT_COST
 
 
+def _tuple_slices(site: Site) -> bool:
+    """A fill of index tuples of two components or more that each read a slice of more than one
+    element (not one element, nor one component: _cpu_fills)."""
+    plan = site.plan
+    pairs = plan.tuple_indices and len(plan.dimension_numbers.start_index_map) > 1
+    return site.index_flops is None and pairs and math.prod(plan.slice_sizes) > 1
+
+
 def _pinned_rows(site: Site) -> tuple[int, ...]:
     """A fill's rows whose bits its select pins, of up to 64 elements (SHORT_ROWS); else ()."""
     return pinned_rows(site.plan, site.dtype, SHORT_ROWS[-1]) if site.index_flops is None else ()
@@ -385,6 +394,7 @@ ROWS = (
     ),
     Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: fill_after_written_slots),
     Row("rows_pinned_by_a_clamp", "pin", _rows_clamped, lambda s: clamped_bits),
+    Row("tuple_mask_by_and", "mask", _tuple_slices, lambda s: all_components),
 )
 LOWERINGS = tuple(row.name for row in ROWS)
 

@@ -68,6 +68,24 @@ def fill_after_written_slots(
     return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, GENERIC)
 
 
+# ---- the in-bounds flag of an index tuple ----------------------------------------------------------
+# Fact: XLA:CPU computes jnp.all over a tuple's component flags in a loop of its own, before a
+# gather of slices (where the select broadcasts the flag over each slice), and its cost analysis
+# counts that mask twice (6 flops a pair more than the and of the components, which it computes
+# in the gather's loop): 65 pairs of float32 rows of 2 count 1365 flops, which hands the program
+# to a worker thread, 975 as and-ed (jnp's "fill" counts 975). Before a gather of elements it
+# fuses the reduction into the gather's one loop, which LLVM vectorises there and not with the
+# and (AVX2, AVX-512): there the reduction stays.
+
+
+def all_components(ok: jax.Array) -> jax.Array:
+    """``jnp.all(ok, axis=-1)`` as an and of its components, one elementwise op each."""
+    flags = ok[..., 0]
+    for k in range(1, ok.shape[-1]):
+        flags = flags & ok[..., k]
+    return flags
+
+
 # ---- the pin of the select of bfloat16 rows ----------------------------------------------------
 # Fact: XLA:CPU's loop over the rows of a pinned select (jax_gather._fill.select_exact) is one
 # LLVM loop per row, which LLVM unrolls into scalar moves where its body is short enough for its

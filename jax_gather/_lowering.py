@@ -40,6 +40,7 @@ PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
 GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
 FillFn = Callable[[jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
+MaskFn = Callable[[jax.Array], jax.Array]
 
 # Set while the gather a pinned select follows is traced, where XLA:CPU would gather the type
 # through a wider one (bfloat16 through float32 before JAX 0.11): converted back at a loop's
@@ -117,6 +118,8 @@ class Lowering:
         that send every out-of-bounds index one past the end of its axis.
       pin: ``pin(bits, zeros)``, how the select of "fill" keeps its bits where they are pinned
         (``jax_gather._fill.pinned_bits`` where None).
+      mask: ``mask(ok)``, one in-bounds flag per index tuple from its components' (``ok``, the
+        components last): :func:`tuple_flags`.
       names: the names (in ``jax_gather._cpu.LOWERINGS``) of the lowerings that gave these.
     """
 
@@ -124,6 +127,7 @@ class Lowering:
     derivative: GatherFn | None = None
     fill: FillFn | None = None
     pin: PinFn | None = None
+    mask: MaskFn | None = None
     names: frozenset[str] = frozenset()
 
 
@@ -147,6 +151,15 @@ def gather(
     if in_range:
         return _gather(data, in_range_vectors(plan, indices), plan, low)
     return _gather(data, index_vectors(plan, indices, clip=clip, unclamped=unclamped), plan, low)
+
+
+def tuple_flags(ok: jax.Array, low: Lowering) -> jax.Array:
+    """One flag per index tuple, True where every component of it is in bounds (``ok``: one
+    flag per component, the components last): ``low.mask`` on CPU, else a reduction."""
+    every = functools.partial(jnp.all, axis=-1)
+    if low.mask is None:
+        return every(ok)
+    return lax.platform_dependent(ok, cpu=low.mask, default=every)
 
 
 def gather_or_fill(

@@ -123,8 +123,10 @@ def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: Gathe
     ok: Any = in_bounds_mask(plan, indices) if mode.fills or checks else None
     if checks:
         indices = check_in_bounds(plan, indices, ok)
-    if mode.fills and plan.tuple_indices:
-        ok = jnp.all(ok, axis=-1)  # a tuple is in bounds when every component is
+    if mode.fills:
+        low = _cpu.lowering(plan, plan.data_block or data.shape, data.dtype)  # the data gathered
+        if plan.tuple_indices:
+            ok = _lowering.tuple_flags(ok, low)  # a tuple is in bounds when every component is
 
     trivial = without_gather(data, indices, fill, plan, mode)
     if trivial is not None:
@@ -133,7 +135,6 @@ def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: Gathe
     if plan.data_block is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_block)
     if mode.fills:
-        low = _cpu.lowering(plan, data.shape, data.dtype)
         out = _lowering.gather_or_fill(data, indices, ok, fill, plan, low)
     else:
         clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE

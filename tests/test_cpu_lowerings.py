@@ -31,6 +31,7 @@ COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
 COLUMN_DIRECT = "column_fill_by_the_direct_gather"
 ND_LINEAR, TWO_LOOPS = "batched_nd_by_linear_index", "nd_fill_in_two_loops"
 CLAMP = "rows_pinned_by_a_clamp"
+AND = "tuple_mask_by_and"
 # Index tuples below which GatherND's fill may run in two loops (16384).
 N2 = _cpu.ND_TWO_LOOPS_TUPLES
 # Index tuples enough for a GatherND after batch dims to read by one linear index (2048).
@@ -86,7 +87,7 @@ SELECTIONS = [
     ((100, 64), np.float32, plans.gather_plan((100, 64), (S,), 0), {LOOKUP_PAD}),
     ((100, 32), np.bool_, plans.gather_plan((100, 32), (S + 1,), 0), set()),  # no bitcast
     ((100, 32), np.complex64, plans.gather_plan((100, 32), (S + 1,), 0), set()),
-    ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (R // 2, 2), 0), {ROWS}),
+    ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (R // 2, 2), 0), {ROWS, AND}),
     ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (4, R // 8, 1), 1), {ROWS}),
     # Gather off the leading axis of few positions per id: its derivative takes rows of the moved
     # axis (see below). Along the last axis, from COLUMN_ROWS rows, it reads written-out indices
@@ -174,8 +175,8 @@ SELECTIONS = [
     # Row lookups of at most SHORT_LOOKUP_INDICES index components read their fill from a pad.
     ((100, 512), np.int8, plans.gather_plan((100, 512), (2, S // 2), 0), {LOOKUP_PAD}),
     ((100, 512), np.int8, plans.gather_plan((100, 512), (S + 1,), 0), set()),
-    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2, 2), 0), {LOOKUP_PAD}),
-    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2 + 1, 2), 0), set()),
+    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2, 2), 0), {LOOKUP_PAD, AND}),
+    ((4, 5, 6), np.float32, plans.gather_nd_plan((4, 5, 6), (S // 2 + 1, 2), 0), {AND}),
     ((100, 8), ml_dtypes.bfloat16, plans.gather_plan((100, 8), (7,), 0), set()),
     # (How much a short lookup may read from a pad: test_a_short_lookup_reads_a_pad_up_to_...)
     ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S,), 1), {LEADING}),
@@ -189,7 +190,10 @@ SELECTIONS = [
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (4096, 2)), {LINEAR, *SPLIT}),
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (2048, 2)), {LINEAR}),
     ((64, 64, 1), jnp.int4, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # converted to bytes
-    ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), set()),  # rows
+    ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), {AND}),  # rows
+    # A fill's in-bounds flag of a tuple of components that reads a slice: their and.
+    ((4, 64, 64, 8), np.float32, plans.gather_nd_plan((4, 64, 64, 8), (4, 45, 2), 1), {AND}),
+    ((64, 8), np.float32, plans.gather_nd_plan((64, 8), (300, 1)), set()),  # one component
     ((8, 64, 64), ml_dtypes.bfloat16, plans.gather_nd_plan((8, 64, 64), (8, 512, 2), 1),
      {LINEAR, *BY_LINEAR}),
 ]
@@ -295,6 +299,10 @@ def _grad(fn):
     return jax.grad(lambda d, i: fn(d, i).astype(jnp.float32).sum())
 
 
+def _reductions(module: str) -> list[int]:
+    return [module.count("stablehlo.reduce(")]
+
+
 # (what, program, data, indices, the CPU program's gather or scatter, the generic one's)
 # fmt: off
 PROGRAMS = [
@@ -322,6 +330,8 @@ PROGRAMS = [
     ("moved axis derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
      np.zeros((8, 300), np.float32), np.zeros((200,), np.int32),
      _scatters, ("300x8xf32", "200x1xi32"), ("8x300xf32", "200x1xi32")),
+    ("tuple mask by and", lambda d, i: jax_gather.gather_nd(d, i, mode="fill"),
+     np.zeros((6, 7, 5), np.float32), np.zeros((300, 2), np.int32), _reductions, 0, 1),
     ("leading block derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
      np.zeros((16, 300), np.float32), np.zeros((64,), np.int32),
      _scatters, ("4800x1xf32", "16x64x1xi32"), ("16x300xf32", "64x1xi32")),
@@ -396,6 +406,8 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
                     lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
         CLAMP: ((100, 48), make_wild_indices((300,), 100, np.int32, 12),
                 lambda d, i: jax_gather.gather(d, i, mode="fill")),
+        AND: ((6, 7, 5), make_wild_indices((300, 2), (6, 7), np.int32, 14),
+              lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
     }[name]  # fmt: skip
     dtype = np.float16 if name in (COLUMNS, COLUMN_PAD, TWO_LOOPS) else np.float32  # 1-2 bytes
     dtype = ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP) else dtype  # a narrow float: no pad
@@ -536,6 +548,13 @@ def test_a_fill_whose_select_the_clamp_vectorises_gathers_its_rows_whole(
             assert _cpu.lowering(plan, (100, 48), BF16).names == {ROWS}
     finally:
         _cpu._choose.cache_clear()
+
+
+def test_a_tuple_mask_is_an_and_only_in_a_fill():
+    plan = plans.gather_nd_plan((64, 64, 8), (300, 2))
+    assert (AND in _cpu.lowering(plan, (64, 64, 8), np.float32).names) == ON
+    for flops in (0, 3, 6):  # in range, a promise, clip: no mask
+        assert AND not in _cpu.lowering(plan, (64, 64, 8), np.float32, flops).names
 
 
 @needs_cpu_lowerings
