@@ -172,8 +172,10 @@ def _short_rows(site: Site) -> bool:
     big = rows and _output_bytes(plan, dtype) >= short_rows_min_bytes(dtype)
     if not (big and _hand_over_pays(site, INLINE_FLOPS) and xla_vectorises_rows_in_units()):
         return False
-    clamped = "rows_pinned_by_a_clamp" not in _disabled and _rows_clamped(site)  # without(): in bytes
-    return not (clamped or (bool(row := _pinned_rows(site)) and xla_vectorises_pinned_rows(dtype, row)))
+    if not (row := _pinned_rows(site)):
+        return True  # no pinned select
+    clamped = "rows_pinned_by_a_clamp" not in _disabled and xla_vectorises_rows_clamped(dtype, row)
+    return not (clamped or xla_vectorises_pinned_rows(dtype, row))  # either pin's vector select
 
 
 def short_rows_min_bytes(dtype: Any) -> int:
