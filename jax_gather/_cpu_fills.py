@@ -30,7 +30,10 @@ from jax_gather.plans import GatherPlan, gather_plan
 # over INLINE_FLOPS, to a worker thread.
 
 
-def read_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
+def read_fill_from_pad(
+    data: jax.Array, slots: jax.Array, fill: jax.Array, indices: jax.Array, plan: GatherPlan
+) -> jax.Array:
+    """The fill read from a pad of data (no select, so no pin: ``indices`` unread)."""
     return direct(padded(data, fill, plan), slots, plan)
 
 
@@ -48,23 +51,28 @@ def padded(data: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
 # slots and a pad of data, the loop compares each index it reads with the axis size instead.
 
 
-def column_fill_from_pad(data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
+def column_fill_from_pad(
+    data: jax.Array, slots: jax.Array, fill: jax.Array, indices: jax.Array, plan: GatherPlan
+) -> jax.Array:
+    """The column gather's fill read from a pad of data (no select: ``indices`` unread)."""
     return columns_by_written_indices(padded(data, fill, plan), slots, plan)
 
 
 # ---- GatherND's fill in two loops -----------------------------------------------------------------
 # The slots (stacked one component at a time: jax_gather._traced_bounds.working_indices) are read
 # twice, for the mask and for the index, so XLA writes them out in a loop of their own.
+# The select's pin reads the indices as given: the slots of an axis of one element are 0 or 1, a
+# range XLA and LLVM know, so opaque zeros made of them are not opaque (bfloat16 read from one
+# slice lost signalling NaNs and subnormals: 700 ids into 16 rows of one column).
 
 
 def fill_after_written_slots(
-    data: jax.Array, slots: jax.Array, fill: jax.Array, plan: GatherPlan
+    data: jax.Array, slots: jax.Array, fill: jax.Array, indices: jax.Array, plan: GatherPlan
 ) -> jax.Array:
     """The generic gather and its select, from the slots: GatherND's fill in two loops, and a
     column gather's where it selects its fill (no pad)."""
     sizes = axis_sizes(plan, slots.dtype)
     ok = jnp.all(slots < sizes, axis=-1)
-    indices = slots if plan.tuple_indices else slots[..., 0]  # as the pin reads them
     return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, GENERIC)
 
 

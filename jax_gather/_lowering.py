@@ -39,7 +39,7 @@ from jax_gather.plans import GatherPlan
 PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
 GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
-FillFn = Callable[[jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
+FillFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
 MaskFn = Callable[[jax.Array], jax.Array]
 
 # Set while the gather a pinned select follows is traced, where XLA:CPU would gather the type
@@ -114,8 +114,9 @@ class Lowering:
       forward: ``forward(data, idx, plan)``, the gather on in-bounds index vectors ``idx``.
       derivative: ``derivative(data, idx, plan)``, the same gather computed another way, whose
         transpose the backward pass runs.
-      fill: ``fill(data, slots, fill, plan)``, the result of "fill" from index vectors ``slots``
-        that send every out-of-bounds index one past the end of its axis.
+      fill: ``fill(data, slots, fill, indices, plan)``, the result of "fill" from index vectors
+        ``slots`` that send every out-of-bounds index one past the end of its axis (``indices``:
+        as given, one per index or tuple, what a select's pin reads).
       pin: ``pin(bits, zeros)``, how the select of "fill" keeps its bits where they are pinned
         (``jax_gather._fill.pinned_bits`` where None).
       mask: ``mask(ok)``, one in-bounds flag per index tuple from its components' (``ok``, the
@@ -296,7 +297,7 @@ def _fill_on_cpu(
     :func:`_select_fill_dropping`): its transpose scatters into data itself, where the CPU
     fill's might scatter into a padded copy and then cut the slice out."""
     assert low.fill is not None
-    return low.fill(data, slots, fill, plan)
+    return low.fill(data, slots, fill, indices, plan)
 
 
 @_fill_on_cpu.defjvp

@@ -294,7 +294,7 @@ def test_a_column_lookup_read_from_a_pad_runs_on_the_calling_thread_and_its_sele
 
     def padded(d, i):
         slots = _traced_bounds.index_vectors(plan, i, clip=False, past_end=True)
-        return _cpu_fills.read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), plan)
+        return _cpu_fills.read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), i, plan)
 
     selected = jax.jit(lambda d, i: jax_gather.gather(d, i, 1)).lower(*_on_cpu(data, ids)).compile()
     assert _flops(selected) >= _cpu_client.INLINE_FLOPS
@@ -483,7 +483,7 @@ def test_a_pad_vectorises_no_fill_of_a_gather_nd_without_batch_dims_where_its_se
 
     def padded(d, i):
         slots = _traced_bounds.index_vectors(plan, i, clip=False, past_end=True)
-        return _cpu_fills.read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), plan)
+        return _cpu_fills.read_fill_from_pad(d, slots, jnp.asarray(np.nan, d.dtype), i, plan)
 
     fill = lambda d, i: jax_gather.gather_nd(d, i, 0, mode="fill")
     selected, from_pad = (_vector_types(_optimized_ir(f, data, ids)) for f in (fill, padded))

@@ -493,6 +493,41 @@ def test_short_rows_in_bytes_are_bit_exact(dtype, jit, rows_on_any_jax):
 BF16 = ml_dtypes.bfloat16
 
 
+# bfloat16 bit patterns a move through float32 changes (signalling NaNs, subnormals; a NaN's
+# payload), and a plain number.
+CHANGED_BY_FLOAT32 = np.array([0x7F81, 0xFF81, 0x0001, 0x8001, 0x7FA5, 0x3F80], np.uint16)
+
+
+@pytest.mark.parametrize(
+    "name, shape, index_shape, first",
+    [
+        (COLUMN_DIRECT, (16, 1), (700,), 0),
+        (COLUMN_DIRECT, (64, 1), (500,), 0),
+        (TWO_LOOPS, (1, 1), (3000, 2), 0),  # a signalling NaN
+        (TWO_LOOPS, (1, 1), (3000, 2), 3),  # a subnormal
+    ],
+)
+def test_a_fill_from_written_slots_keeps_the_bits_of_bfloat16_read_from_one_slice(
+    name, shape, index_shape, first, lowerings_on_any_cpu
+):
+    # Every index reads the one slice (XLA's broadcast), so the select pins its bits: by zeros
+    # made of the indices as given. Made of the slots (0 or 1 there), XLA and LLVM fold them and
+    # signalling NaNs and subnormals came back quieted and flushed.
+    data = np.resize(np.roll(CHANGED_BY_FLOAT32, -first), shape).view(BF16)
+    nd = len(index_shape) > 1
+    indices = np.random.default_rng(index_shape[0]).integers(-2, 2, index_shape).astype(np.int32)  # half in
+    plan = plans.gather_nd_plan(shape, index_shape) if nd else plans.gather_plan(shape, index_shape, 1)
+    assert (name in _cpu.lowering(plan, shape, BF16).names) == ON
+    fill = np.asarray(np.nan, BF16)
+    if nd:
+        out = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, mode="fill"))(data, indices)
+        expected = reference.gather_nd(data, indices, mode="fill", fill=fill)
+    else:
+        out = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode="fill"))(data, indices)
+        expected = reference.gather(data, indices, 1, mode="fill", fill=fill)
+    _assert_same_bits(out, expected)
+
+
 # (data shape, dtype, plan, index flops (None: a fill), pinned by a clamp where XLA vectorises it)
 # fmt: off
 CLAMPS = [
