@@ -54,7 +54,10 @@ CLAMPED = bench.Case("gather axis 0, bfloat16 rows of 48", "gather", 0, (4096, 4
 FEW_COLUMNS = bench.Case("gather axis 1, 256 of 4096 columns", "gather", 1, (512, 4096), (256,), True)
 # And a GatherND of a few pairs whose fill's flops the reduced tuple mask takes over INLINE_FLOPS.
 FEW_PAIRS = bench.Case("gather_nd, 45 pairs of rows of 8", "gather_nd", 0, (256, 256, 8), (45, 2), True)
-EXTRA = (SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS, CLAMPED, FEW_COLUMNS, FEW_PAIRS)
+# And a few bfloat16 rows (of 2 at --scale 4), whose fill's select keeps its bits through a
+# pinned fill where XLA:CPU selects bfloat16 as it is (JAX 0.11 and later).
+FEW_ROWS = bench.Case("gather axis 0, 48 bfloat16 rows of 8", "gather", 0, (4096, 8), (48,), True, "bfloat16")
+EXTRA = (SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS, CLAMPED, FEW_COLUMNS, FEW_PAIRS, FEW_ROWS)
 CASES = {c.name: c for c in (*bench.CASES, *EXTRA)}
 
 
@@ -232,6 +235,9 @@ def choices() -> list[Choice]:
         ),
         Choice("nd_fill_in_two_loops", PAIRS.name, "default mode", ("nd_fill_in_two_loops",)),
         Choice("rows_pinned_by_a_clamp", CLAMPED.name, "default mode", ("rows_pinned_by_a_clamp",)),
+        Choice(
+            "fill_pinned_instead_of_rows", FEW_ROWS.name, "default mode", ("fill_pinned_instead_of_rows",)
+        ),
         *(
             Choice("tuple_mask_by_and", case, "default mode", ("tuple_mask_by_and",))
             for case in ("gather_nd rows", "gather_nd rows bfloat16", "gather_nd rows int8", FEW_PAIRS.name)

@@ -47,12 +47,14 @@ from jax_gather._cpu_fills import (
     fill_after_written_slots,
     pinned_rows,
     read_fill_from_pad,
+    select_pin,
     xla_vectorises_pinned_rows,
     xla_vectorises_rows_clamped,
 )
 from jax_gather._cpu_linear import linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, takes_whole_rows, xla_vectorises_rows_in_units
 from jax_gather._fill import clamped_bits, narrow_float, selected_as_bits
+from jax_gather._fill_pin import opaque_fill
 from jax_gather._lowering import GENERIC, Lowering
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
@@ -164,9 +166,7 @@ def _short_rows(site: Site) -> bool:
     below, the tasks cost more than the copy saves. Not where its bitcasts would move the program
     to a worker thread (_hand_over_pays), nor before a fill's select of pinned rows that XLA:CPU
     vectorises (with the clamp where chosen, or the exclusive or), whose loop reads the rows as
-    they are: in bytes, the fill measured slower (AMD EPYC, AVX-512 and AVX2: bfloat16 GatherND
-    rows of 60-64 by 16384-400000 ids 0.75-0.95 of the time with; rows of 40-56, clamped, 0.66-1.01
-    of jnp's time against 0.84-1.33)."""
+    they are: in bytes, the fill measured slower (jax_gather._cpu_fills)."""
     plan, shape, dtype = site.plan, site.shape, site.dtype
     rows = takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
     big = rows and _output_bytes(plan, dtype) >= short_rows_min_bytes(dtype)
@@ -343,9 +343,9 @@ def _pinned_rows(site: Site) -> tuple[int, ...]:
     return pinned_rows(site.plan, site.dtype, SHORT_ROWS[-1]) if site.index_flops is None else ()
 
 
-def _rows_clamped(site: Site) -> bool:
-    """Pinned rows where XLA:CPU vectorises the clamp pin's loop and not the exclusive or's."""
-    return bool(row := _pinned_rows(site)) and xla_vectorises_rows_clamped(site.dtype, row)
+def _row_pin(site: Site) -> Any:
+    """How a fill's select keeps the bits of its rows, where not as the generic select (None)."""
+    return select_pin(site.plan, site.shape, site.dtype, SHORT_ROWS[-1]) if site.index_flops is None else None
 
 
 ROWS = (
@@ -395,7 +395,8 @@ ROWS = (
         lambda s: fill_after_written_slots,
     ),
     Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: fill_after_written_slots),
-    Row("rows_pinned_by_a_clamp", "pin", _rows_clamped, lambda s: clamped_bits),
+    Row("rows_pinned_by_a_clamp", "pin", lambda s: _row_pin(s) is clamped_bits, lambda s: clamped_bits),
+    Row("fill_pinned_instead_of_rows", "pin", lambda s: _row_pin(s) is opaque_fill, lambda s: opaque_fill),
     Row("tuple_mask_by_and", "mask", _tuple_slices, lambda s: all_components),
 )
 LOWERINGS = tuple(row.name for row in ROWS)

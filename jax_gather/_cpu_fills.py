@@ -4,6 +4,7 @@ the generic gather and its select from index slots written out."""
 from __future__ import annotations
 
 import functools
+import math
 import re
 from typing import Any
 
@@ -12,9 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather._cpu_client import kernel_ir_holds
+from jax_gather._cpu_client import INLINE_FLOPS, kernel_ir_holds
 from jax_gather._cpu_columns import columns_by_written_indices
 from jax_gather._fill import PinFn, clamped_bits, pinned_bits, xla_cpu_keeps_bits
+from jax_gather._fill_pin import opaque_fill, pins_the_fill
 from jax_gather._lowering import GENERIC, Lowering, direct, gather_or_fill, select_fill
 from jax_gather._traced_bounds import axis_sizes, in_bounds_mask
 from jax_gather.plans import GatherPlan, gather_plan
@@ -134,6 +136,25 @@ def xla_vectorises_pinned_rows(dtype: Any, row: tuple[int, ...], pin: PinFn = pi
     fill = jnp.zeros((), dtype)
     lookup = lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), fill, plan, Lowering(pin=pin))
     return kernel_ir_holds(vectors, lookup, data, ((2,), jnp.int32))
+
+
+def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) -> PinFn | None:
+    """How the select of a fill keeps the bits of slices of more than one element, where not by
+    the generic pin (None: the exclusive or, where XLA:CPU would move them through a wider type).
+    The clamp where XLA:CPU vectorises the select of its rows (of up to ``longest`` elements) and
+    not the exclusive or's. :func:`jax_gather._fill_pin.opaque_fill` where the select keeps them
+    through its fill (jax_gather._fill_pin.pins_the_fill: one flop an element, as jnp's, where a pin
+    of the rows counts 4), not from one slice (XLA's broadcast), and unless the output has
+    INLINE_FLOPS elements or more (its select on a worker thread either way) and a pin of its
+    rows runs in vector instructions (the fill's select there is jnp's: 1.5-3x the time)."""
+    row = pinned_rows(plan, dtype, longest)
+    one_slice = all(shape[d] == 1 for d in plan.dimension_numbers.start_index_map)
+    fill = math.prod(plan.slice_sizes) > 1 and not one_slice and pins_the_fill(dtype)
+    if fill and (not row or math.prod(plan.output_shape) < INLINE_FLOPS):
+        return opaque_fill
+    if row and xla_vectorises_rows_clamped(dtype, row):
+        return clamped_bits
+    return opaque_fill if fill and not (row and xla_vectorises_pinned_rows(dtype, row)) else None
 
 
 def xla_vectorises_rows_clamped(dtype: Any, row: tuple[int, ...]) -> bool:

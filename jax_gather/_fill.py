@@ -333,13 +333,13 @@ def _xla_cpu_gathers_exactly(dtype: np.dtype) -> bool:
     width = np.dtype(f"uint{8 * dtype.itemsize}")  # how NumPy stores it
     patterns = np.arange(2 ** int(jnp.finfo(dtype).bits), dtype=width)
     try:
-        out = _run_on_cpu(lambda d, i: d[i], patterns.view(dtype), patterns[::-1].astype(np.int32))
+        out = run_on_cpu(lambda d, i: d[i], patterns.view(dtype), patterns[::-1].astype(np.int32))
     except RuntimeError:  # XLA:CPU cannot compile the gather for this CPU
         return False
     return out is None or bool((out.view(width) == patterns[::-1]).all())
 
 
-def _run_on_cpu(fn: Any, *arrays: np.ndarray) -> Any:
+def run_on_cpu(fn: Any, *arrays: np.ndarray) -> Any:
     """``jax.jit(fn)`` run now on the CPU, also while a trace is open, its outputs fetched; None
     where the process has no CPU backend (a RuntimeError where XLA:CPU cannot compile it)."""
     try:
@@ -371,12 +371,7 @@ def xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
 @functools.lru_cache(maxsize=64)
 def _xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
     width = np.dtype(f"uint{8 * dtype.itemsize}")  # how NumPy stores it
-    patterns = np.arange(2 ** int(jnp.finfo(dtype).bits), dtype=width)
-    values = patterns.view(dtype).astype(np.float32)
-    info = jnp.finfo(dtype)
-    quiet = 1 << max(int(info.nmant) - 1, 0)  # the top bit of the mantissa: set in a quiet NaN
-    signalling = patterns[np.isnan(values) & ((patterns & quiet) == 0)]
-    subnormal = patterns[(values != 0) & (np.abs(values) < float(info.smallest_normal))]
+    signalling, subnormal, _ = changed_by_float32(dtype)
     groups = [p for p in (signalling, subnormal) if p.size]
     if not groups:
         return True
@@ -389,13 +384,26 @@ def _xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
         return jnp.broadcast_to(t[:1], (129, 64)), lax.bitcast_convert_type(selected, dtype)
 
     try:
-        out = _run_on_cpu(spread_and_selected, rows.view(dtype), ids)
+        out = run_on_cpu(spread_and_selected, rows.view(dtype), ids)
     except RuntimeError:  # XLA:CPU cannot compile them for this CPU (see gathered_as_bits)
         return False
     if out is None:
         return True
     spread, selected = (np.asarray(a).view(width) for a in out)
     return bool((spread == rows[0]).all() and (selected == rows[ids]).all())
+
+
+def changed_by_float32(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bit patterns of ``dtype`` (as NumPy stores them) that a move through float32 may
+    change: its signalling NaNs, its subnormals, and its quiet NaNs (their payloads)."""
+    width = np.dtype(f"uint{8 * dtype.itemsize}")
+    patterns = np.arange(2 ** int(jnp.finfo(dtype).bits), dtype=width)
+    values = patterns.view(dtype).astype(np.float32)
+    info = jnp.finfo(dtype)
+    quiet = 1 << max(int(info.nmant) - 1, 0)  # the top bit of the mantissa: set in a quiet NaN
+    nan = np.isnan(values)
+    subnormal = patterns[(values != 0) & (np.abs(values) < float(info.smallest_normal))]
+    return patterns[nan & ((patterns & quiet) == 0)], subnormal, patterns[nan & ((patterns & quiet) != 0)]
 
 
 def opaque_zeros(x: jax.Array) -> jax.Array:

@@ -33,6 +33,7 @@ from jax_gather._fill import (
     xla_cpu_converts_select,
     xla_cpu_keeps_bits,
 )
+from jax_gather._fill_pin import opaque_fill
 from jax_gather._traced_bounds import dropping_vectors, in_range_vectors, index_vectors
 from jax_gather.plans import GatherPlan
 
@@ -118,7 +119,8 @@ class Lowering:
         ``slots`` that send every out-of-bounds index one past the end of its axis (``indices``:
         as given, one per index or tuple, what a select's pin reads).
       pin: ``pin(bits, zeros)``, how the select of "fill" keeps its bits where they are pinned
-        (``jax_gather._fill.pinned_bits`` where None).
+        (``jax_gather._fill.pinned_bits`` where None); or ``jax_gather._fill_pin.opaque_fill``: the
+        select keeps them through its fill, the selected bits not pinned.
       mask: ``mask(ok)``, one in-bounds flag per index tuple from its components' (``ok``, the
         components last): :func:`tuple_flags`.
       names: the names (in ``jax_gather._cpu.LOWERINGS``) of the lowerings that gave these.
@@ -226,6 +228,8 @@ def select_fill(
     pin = fill_pin(data, plan, indices)
     with _while(_BEFORE_A_PIN, pin is not None and xla_cpu_converts_select(np.dtype(data.dtype))):
         out = _gather(data, idx, plan, low)
+    if low.pin is opaque_fill and pin is not None and pin.size:  # keeps its bits through its fill
+        fill, pin = opaque_fill(fill, pin), None
     return masked(ok, out, fill, plan, pin=pin, pin_with=low.pin)
 
 

@@ -4,7 +4,7 @@ import jax
 import pytest
 from hypothesis import settings
 
-from jax_gather import _cpu
+from jax_gather import _cpu, _cpu_fills
 
 # JAX_GATHER_EXAMPLES=400 pytest draws ten times as many cases as the default run; pytest -m core
 # (the fast tier) a quarter as many, unless JAX_GATHER_EXAMPLES says how many.
@@ -24,10 +24,13 @@ def pytest_configure(config):
 
 
 def _facts_held(monkeypatch, *facts, answer=True):
-    """Each of ``facts`` (functions of jax_gather._cpu) answering ``answer`` while the test runs,
-    the lowerings chosen and programs traced with it, and neither kept after."""
+    """Each of ``facts`` (functions of jax_gather._cpu, and of jax_gather._cpu_fills where it
+    asks them too) answering ``answer`` while the test runs, the lowerings chosen and programs
+    traced with it, and neither kept after."""
     for fact in facts:
-        monkeypatch.setattr(_cpu, fact, lambda *asked: answer)
+        for module in (_cpu, _cpu_fills):
+            if hasattr(module, fact):
+                monkeypatch.setattr(module, fact, lambda *asked: answer)
     _cpu._choose.cache_clear()
     jax.clear_caches()
     yield
@@ -60,6 +63,21 @@ def clamp_on_any_cpu(monkeypatch):
     JAX 0.10 to 0.12): for what it computes. Not among lowerings_on_any_cpu: where it holds, a
     fill takes no short rows in bytes."""
     yield from _facts_held(monkeypatch, "xla_vectorises_rows_clamped")
+
+
+@pytest.fixture
+def fill_pin_on_any_jax(monkeypatch):
+    """fill_pinned_instead_of_rows chosen as where XLA:CPU keeps the bits of a select of rows
+    through a pinned fill (bfloat16 on JAX 0.11 and later, tests/test_cpu_facts.py): for its rule
+    and what it computes."""
+    yield from _facts_held(monkeypatch, "pins_the_fill")
+
+
+@pytest.fixture
+def rows_pinned_on_any_jax(monkeypatch):
+    """A fill's rows pinned as where XLA:CPU selects bfloat16 in float32 (JAX 0.10), not its fill:
+    for the rules of the lowerings that weigh a pin of the rows."""
+    yield from _facts_held(monkeypatch, "pins_the_fill", answer=False)
 
 
 @pytest.fixture

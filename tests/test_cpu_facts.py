@@ -10,6 +10,7 @@ of AVX-512 is asked of the CPU at hand and its canary says which.
 """
 
 import functools
+import itertools
 import math
 import os
 import platform
@@ -35,6 +36,7 @@ from jax_gather import (
     _cpu_linear,
     _cpu_rows,
     _fill,
+    _fill_pin,
     _lowering,
     _traced_bounds,
     ops,
@@ -42,6 +44,7 @@ from jax_gather import (
 )
 from jax_gather._arguments import Mode
 from jax_gather.bench import grid
+from tests import reference
 from tests.compat import enable_x64
 
 CPU = jax.devices("cpu")[0]
@@ -182,6 +185,41 @@ def test_the_clamp_pin_counts_as_the_exclusive_or_in_xlas_cost_analysis():
     clamped = counted()
     with _cpu.without("rows_pinned_by_a_clamp"):
         assert counted() + len(ids) == clamped
+
+
+# ---- fill_pinned_instead_of_rows -----------------------------------------------------------------
+
+# bfloat16 bit patterns a move through float32 changes (signalling NaNs, subnormals; a NaN's
+# payload), and a plain number.
+CHANGED_BY_FLOAT32 = np.array([0x7F81, 0xFF81, 0x0001, 0x8001, 0x7FA5, 0x3F80], np.uint16)
+
+
+@needs_cpu_lowerings
+def test_xla_keeps_the_bits_of_bfloat16_rows_through_a_pinned_fill_where_the_library_says(
+    fill_pin_on_any_jax,
+):
+    # Why fill_pinned_instead_of_rows: where XLA:CPU selects bfloat16 as it is but moves its
+    # elements through float32 (JAX 0.11 and later), jnp's "fill", a select against a constant,
+    # quiets signalling NaNs and flushes subnormals of rows, and the select against a pinned
+    # fill keeps every bit. The one-program probe (_fill_pin.pins_the_fill) answers for the library's
+    # programs over tables, widths and counts it does not try. (Where XLA selects bfloat16 in
+    # float32, JAX 0.10, the library gathers bits before a pinned select and the fact is not
+    # asked: there jnp's program counts a conversion of the whole table.)
+    rng, nan = np.random.default_rng(5), np.asarray(np.nan, BF16)
+    pinned_keeps, jnp_keeps = True, True
+    sizes = [*itertools.product((2, 5, 17, 33, 100), (7, 1000)), (40, 7), (64, 7)]  # no vector row pin
+    for rows, (width, n) in itertools.product((3, 4096), sizes):
+        data = np.resize(np.roll(CHANGED_BY_FLOAT32, width), (rows, width)).view(BF16)
+        ids = rng.integers(-rows - 1, rows + 1, n).astype(np.int32)
+        plan = plans.gather_plan(data.shape, ids.shape, 0)
+        assert "fill_pinned_instead_of_rows" in _cpu.lowering(plan, data.shape, data.dtype).names
+        expected = reference.gather(data, ids, 0, mode="fill", fill=nan).view(np.uint16)
+        same = lambda out: bool((np.asarray(out).view(np.uint16) == expected).all())
+        pinned_keeps &= same(jax.jit(_bfloat16_fill)(*_on_cpu(data, ids)))
+        jnp_keeps &= same(jax.jit(lambda d, i: jnp.take(d, i, 0, mode="fill", fill_value=np.nan))(data, ids))
+    fact = _fill_pin.pins_the_fill(np.dtype(BF16))
+    assert pinned_keeps or not fact  # where the library pins the fill, its programs keep every bit
+    assert not (fact and jnp_keeps), "jnp's select keeps every bit: is a pin still needed?"
 
 
 # ---- tuple_mask_by_and ---------------------------------------------------------------------------
@@ -869,29 +907,20 @@ def test_xla_counts_each_modes_index_flops_and_the_written_column_indices(mode):
 
 # Each grid op at sizes where jnp's program counts just under or over INLINE_FLOPS (48 and 80
 # index components or rows), in float32 and in bfloat16 (a select of bits, a gather through
-# float32). A scan of 4 more widths and 7 more dtypes found no other.
+# float32; rows of 8 where a pin of each element would count 3 flops an element more). Scans of
+# widths 1-64 (ten dtypes on JAX 0.10, bfloat16 on 0.12) and counts 1-1000 found no other.
 _INLINE_CELLS = [
     grid.Cell(op, dtype, width, count)
     for op in grid.OPS
     for dtype in ("float32", "bfloat16")
-    for width in (1, 2)
+    for width in ((1, 2, 8) if dtype == "bfloat16" else (1, 2))
     for count in (48, 80)
 ]
 # Found by this test: the bit-exact select of bfloat16 data read in one slice (an indexed axis
 # of one element, which XLA rewrites as a broadcast) pins every element, 4 flops more an element
 # than jnp's select: 67-90 elements go to the worker thread (80: 11.4 against 7.7 µs).
 _ONE_SLICE = (grid.Cell("gather_elements axis -1", "bfloat16", 1, 80), "checked")
-# And where XLA:CPU selects bfloat16 as it is but moves its single elements through float32 (JAX
-# 0.11 and later), the pin of a fill's rows counts more than jnp's plain select: rows of 2 go to
-# the worker thread (JAX 0.12: 1.21-1.29x jnp's time).
-_BF16 = np.dtype(ml_dtypes.bfloat16)
-_PINNED_ONLY = not _fill.xla_cpu_converts_select(_BF16) and not _fill.xla_cpu_keeps_bits(_BF16)
-_PINNED_ROWS = {
-    (grid.Cell(op, "bfloat16", 2, n), "checked")
-    for op, n in [("gather axis 0", 80), ("gather axis 1", 80), ("gather batch_dims=1", 80),
-                  ("gather_nd pairs", 48), ("gather_nd rows", 80)]
-} if _PINNED_ONLY else set()  # fmt: skip
-_KNOWN = {_ONE_SLICE, *_PINNED_ROWS}
+_KNOWN = {_ONE_SLICE}
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from jax import export
 from jax.test_util import check_grads
 
 import jax_gather
-from jax_gather import _cpu, _cpu_columns, _cpu_linear, _lowering, plans
+from jax_gather import _cpu, _cpu_columns, _cpu_fills, _cpu_linear, _lowering, plans
 from tests import ops_table, reference
 from tests.compat import enable_x64
 from tests.programs import bits, module_for, random_bits
@@ -30,7 +30,7 @@ ND_PAD, LOOKUP_PAD = "batched_nd_fill_from_pad", "short_lookup_fill_from_pad"
 COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
 COLUMN_DIRECT = "column_fill_by_the_direct_gather"
 ND_LINEAR, TWO_LOOPS = "batched_nd_by_linear_index", "nd_fill_in_two_loops"
-CLAMP = "rows_pinned_by_a_clamp"
+CLAMP, FILL_PIN = "rows_pinned_by_a_clamp", "fill_pinned_instead_of_rows"
 AND = "tuple_mask_by_and"
 # Index tuples below which GatherND's fill may run in two loops (16384).
 N2 = _cpu.ND_TWO_LOOPS_TUPLES
@@ -201,7 +201,9 @@ SELECTIONS = [
 
 
 @pytest.mark.parametrize("shape, dtype, plan, expected", SELECTIONS)
-def test_which_plans_take_which_lowering(shape, dtype, plan, expected, rows_on_any_jax):
+def test_which_plans_take_which_lowering(
+    shape, dtype, plan, expected, rows_on_any_jax, rows_pinned_on_any_jax
+):
     assert _cpu.lowering(plan, shape, dtype).names == (expected if ON else set())
 
 
@@ -378,8 +380,8 @@ def test_only_the_cpu_program_reads_the_fill_from_a_pad(fn, data, indices, reque
 def test_without_a_lowering_the_library_computes_the_same_by_another_program(
     name, lowerings_on_any_cpu, request
 ):
-    if name == CLAMP:
-        request.getfixturevalue("clamp_on_any_cpu")
+    if name in (CLAMP, FILL_PIN):
+        request.getfixturevalue("clamp_on_any_cpu" if name == CLAMP else "fill_pin_on_any_jax")
     rng = np.random.default_rng(11)
     data, indices, fn = {
         ROWS: ((50, 32), make_wild_indices((R // 2,), 50, np.int32, 1),
@@ -406,11 +408,15 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
                     lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
         CLAMP: ((100, 48), make_wild_indices((300,), 100, np.int32, 12),
                 lambda d, i: jax_gather.gather(d, i, mode="fill")),
+        FILL_PIN: ((100, 8), make_wild_indices((80,), 100, np.int32, 15),
+                   lambda d, i: jax_gather.gather(d, i, mode="fill")),
         AND: ((6, 7, 5), make_wild_indices((300, 2), (6, 7), np.int32, 14),
               lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
     }[name]  # fmt: skip
     dtype = np.float16 if name in (COLUMNS, COLUMN_PAD, TWO_LOOPS) else np.float32  # 1-2 bytes
-    dtype = ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP) else dtype  # a narrow float: no pad
+    dtype = (
+        ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP, FILL_PIN) else dtype
+    )  # a narrow float: no pad
     data = rng.standard_normal(data).astype(dtype)
     text = lambda: jax.jit(fn).lower(data, indices).as_text()
     bits = lambda: np.asarray(jax.jit(fn)(data, indices)).view(np.uint8)  # NaN fills compared too
@@ -554,7 +560,8 @@ def test_rows_are_pinned_by_a_clamp_only_in_a_fill_of_bfloat16_rows_where_xla_ve
     vectorises, monkeypatch
 ):
     asked = []
-    monkeypatch.setattr(_cpu, "xla_vectorises_rows_clamped", lambda *a: asked.append(a) or vectorises)
+    for module in (_cpu, _cpu_fills):
+        monkeypatch.setattr(module, "xla_vectorises_rows_clamped", lambda *a: asked.append(a) or vectorises)
     _cpu._choose.cache_clear()
     try:
         for shape, dtype, plan, flops, expected in CLAMPS:
@@ -569,11 +576,13 @@ def test_rows_are_pinned_by_a_clamp_only_in_a_fill_of_bfloat16_rows_where_xla_ve
 @needs_cpu_lowerings
 @pytest.mark.parametrize("vectorises", [True, False])
 def test_a_fill_whose_select_the_clamp_vectorises_gathers_its_rows_whole(
-    vectorises, monkeypatch, rows_on_any_jax
+    vectorises, monkeypatch, rows_on_any_jax, rows_pinned_on_any_jax
 ):
     # Its select's vector loop reads the rows as they are: in bytes, the fill measured slower.
-    monkeypatch.setattr(_cpu, "xla_vectorises_rows_clamped", lambda *asked: vectorises)
-    monkeypatch.setattr(_cpu, "xla_vectorises_pinned_rows", lambda *asked: False)  # the xor's: scalar
+    for module in (_cpu, _cpu_fills):
+        monkeypatch.setattr(module, "xla_vectorises_rows_clamped", lambda *asked: vectorises)
+    for module in (_cpu, _cpu_fills):
+        monkeypatch.setattr(module, "xla_vectorises_pinned_rows", lambda *asked: False)  # the xor's: scalar
     _cpu._choose.cache_clear()
     plan = plans.gather_plan((100, 48), (R,), 0)
     try:
@@ -581,6 +590,43 @@ def test_a_fill_whose_select_the_clamp_vectorises_gathers_its_rows_whole(
         assert _cpu.lowering(plan, (100, 48), BF16, index_flops=3).names == {ROWS}  # a promise
         with _cpu.without(CLAMP):  # the library without the clamp: its rows in bytes
             assert _cpu.lowering(plan, (100, 48), BF16).names == {ROWS}
+    finally:
+        _cpu._choose.cache_clear()
+
+
+# (data shape, plan, index flops (None: a fill), the pin chosen where XLA:CPU keeps bfloat16's
+# bits through a pinned fill) with the clamp vectorising rows of 48 and the exclusive or rows of 64
+# fmt: off
+FILL_PINS = [
+    ((100, 8), plans.gather_plan((100, 8), (80,), 0), None, FILL_PIN),
+    ((100, 8), plans.gather_plan((100, 8), (4096,), 0), None, FILL_PIN),  # no row pin vectorised
+    ((100, 48), plans.gather_plan((100, 48), (16,), 0), None, FILL_PIN),  # under INLINE_FLOPS elements
+    ((100, 48), plans.gather_plan((100, 48), (300,), 0), None, CLAMP),
+    ((100, 64), plans.gather_plan((100, 64), (8,), 0), None, FILL_PIN),
+    ((100, 64), plans.gather_plan((100, 64), (300,), 0), None, None),  # the exclusive or's vector loop
+    ((100, 100), plans.gather_plan((100, 100), (300,), 0), None, FILL_PIN),  # longer than SHORT_ROWS
+    ((48, 100), plans.gather_plan((48, 100), (300,), 1), None, FILL_PIN),  # columns
+    ((4, 100, 8), plans.gather_nd_plan((4, 100, 8), (4, 20, 1), 1), None, FILL_PIN),
+    ((1, 8), plans.gather_plan((1, 8), (80,), 0), None, None),  # one slice: XLA's broadcast
+    ((100, 8), plans.gather_plan((100, 8), (80,), 0), 3, None),  # a promise: no select
+    ((100, 8), plans.gather_elements_plan((100, 8), (100, 8), 1), None, None),  # elements
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_the_fill_is_pinned_instead_of_rows_where_xla_keeps_their_bits_through_it(holds, monkeypatch):
+    monkeypatch.setattr(_cpu_fills, "pins_the_fill", lambda dtype: holds and dtype == BF16)
+    for module in (_cpu, _cpu_fills):
+        monkeypatch.setattr(module, "xla_vectorises_rows_clamped", lambda dtype, row: row == (48,))
+        monkeypatch.setattr(module, "xla_vectorises_pinned_rows", lambda dtype, row, *pin: row == (64,))
+    _cpu._choose.cache_clear()
+    try:
+        for shape, plan, flops, pin in FILL_PINS:
+            names = _cpu.lowering(plan, shape, BF16, flops).names & {FILL_PIN, CLAMP}
+            expected = pin if holds else (CLAMP if shape == (100, 48) else None)
+            assert names == ({expected} if ON and expected else set()), (shape, plan, flops)
+            assert FILL_PIN not in _cpu.lowering(plan, shape, np.float32, flops).names  # keeps its bits
     finally:
         _cpu._choose.cache_clear()
 
@@ -595,12 +641,14 @@ def test_a_tuple_mask_is_an_and_only_in_a_fill():
 @needs_cpu_lowerings
 @pytest.mark.parametrize("vectorises", [True, False])
 def test_a_fill_whose_select_xla_vectorises_with_the_exclusive_or_gathers_its_rows_whole(
-    vectorises, monkeypatch, rows_on_any_jax
+    vectorises, monkeypatch, rows_on_any_jax, rows_pinned_on_any_jax
 ):
     # As with the clamp: the select's vector loop reads the rows as they are.
     asked = []
-    monkeypatch.setattr(_cpu, "xla_vectorises_rows_clamped", lambda *a: False)
-    monkeypatch.setattr(_cpu, "xla_vectorises_pinned_rows", lambda *a: asked.append(a) or vectorises)
+    for module in (_cpu, _cpu_fills):
+        monkeypatch.setattr(module, "xla_vectorises_rows_clamped", lambda *a: False)
+    for module in (_cpu, _cpu_fills):
+        monkeypatch.setattr(module, "xla_vectorises_pinned_rows", lambda *a: asked.append(a) or vectorises)
     _cpu._choose.cache_clear()
     plan = plans.gather_plan((100, 64), (R,), 0)
     try:

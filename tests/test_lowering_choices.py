@@ -32,6 +32,8 @@ def test_every_cpu_lowering_is_measured():
 def test_each_row_agrees_and_times(choice, lowerings_on_any_cpu, request):
     if "rows_pinned_by_a_clamp" in choice.without:  # rows of 12 at this scale
         request.getfixturevalue("clamp_on_any_cpu")
+    if "fill_pinned_instead_of_rows" in choice.without:  # JAX 0.11 and later
+        request.getfixturevalue("fill_pin_on_any_jax")
     row = lowering_choices.run_choice(choice, rounds=1, reps=1, scale=SCALE)
     assert (row["choice"], row["case"], row["what"]) == (choice.name, choice.case, choice.what)
     for key in ("with_ms", "without_ms", "without_over_with", "aa"):
