@@ -139,14 +139,16 @@ def xla_vectorises_pinned_rows(dtype: Any, row: tuple[int, ...], pin: PinFn = pi
 
 
 def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) -> PinFn | None:
-    """How the select of a fill keeps the bits of slices of more than one element, where not by
-    the generic pin (None: the exclusive or, where XLA:CPU would move them through a wider type).
-    The clamp where XLA:CPU vectorises the select of its rows (of up to ``longest`` elements) and
-    not the exclusive or's. :func:`jax_gather._fill_pin.opaque_fill` where the select keeps them
-    through its fill (jax_gather._fill_pin.pins_the_fill: one flop an element, as jnp's, where a pin
-    of the rows counts 4), not from one slice (XLA's broadcast), and unless the output has
-    INLINE_FLOPS elements or more (its select on a worker thread either way) and a pin of its
-    rows runs in vector instructions (the fill's select there is jnp's: 1.5-3x the time)."""
+    """How a fill's select keeps the bits of slices of more than one element where the generic
+    pin (None: each selected element pinned by an exclusive or) is not the choice.
+
+    :func:`jax_gather._fill_pin.opaque_fill` (the select against a pinned fill) where XLA:CPU
+    keeps their bits so (jax_gather._fill_pin.pins_the_fill), not from one slice (XLA's
+    broadcast): one flop an element in XLA's count, as jnp's select, where a pin of each element
+    counts four. Except, for an output of INLINE_FLOPS elements or more (on a worker thread
+    either way), rows of up to ``longest`` elements whose pinned select XLA:CPU vectorises: there
+    the plain select took 1.5-3.8x its time. The clamp where XLA:CPU vectorises its select of the
+    rows and not the exclusive or's."""
     row = pinned_rows(plan, dtype, longest)
     one_slice = all(shape[d] == 1 for d in plan.dimension_numbers.start_index_map)
     fill = math.prod(plan.slice_sizes) > 1 and not one_slice and pins_the_fill(dtype)
@@ -154,7 +156,8 @@ def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) ->
         return opaque_fill
     if row and xla_vectorises_rows_clamped(dtype, row):
         return clamped_bits
-    return opaque_fill if fill and not (row and xla_vectorises_pinned_rows(dtype, row)) else None
+    vectorised = bool(row) and xla_vectorises_pinned_rows(dtype, row)
+    return opaque_fill if fill and not vectorised else None
 
 
 def xla_vectorises_rows_clamped(dtype: Any, row: tuple[int, ...]) -> bool:

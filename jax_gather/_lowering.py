@@ -259,13 +259,18 @@ def _dropped(data_dot: jax.Array, idx: jax.Array, ok: jax.Array, fill_dot: Any, 
 def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array | None:
     """One run-time integer per index (``per_index``) where the select of "fill" needs its bits
     pinned (:func:`jax_gather._fill.xla_cpu_keeps_bits`): over slices of more than one element,
-    a loop XLA:CPU unrolls into single moves for short rows, or from one slice (a broadcast).
-    None where each index reads one element of its own: that select runs in vector code (every
-    bit kept, bfloat16 pairs and element gathers, rows of 1: tests/test_every_dtype.py)."""
+    a loop XLA:CPU unrolls into single moves for short rows, or from one slice (a broadcast:
+    there the first index, broadcast, which XLA counts once, where the opaque zeros of each index
+    count 5 flops an index). None where each index reads one element of its own: that select runs
+    in vector code (every bit kept, bfloat16 pairs and element gathers, rows of 1:
+    tests/test_every_dtype.py)."""
     if xla_cpu_keeps_bits(np.dtype(data.dtype)):
         return None
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
-    return per_index(indices, plan) if not single or _one_slice(data, plan) else None
+    if _one_slice(data, plan):  # every index reads the same slice: one integer pins them all
+        first = per_index(indices, plan)
+        return jnp.broadcast_to(first.reshape(-1)[:1].reshape(()), first.shape) if first.size else first
+    return per_index(indices, plan) if not single else None
 
 
 def masked(

@@ -916,21 +916,10 @@ _INLINE_CELLS = [
     for width in ((1, 2, 8) if dtype == "bfloat16" else (1, 2))
     for count in (48, 80)
 ]
-# Found by this test: the bit-exact select of bfloat16 data read in one slice (an indexed axis
-# of one element, which XLA rewrites as a broadcast) pins every element, 4 flops more an element
-# than jnp's select: 67-90 elements go to the worker thread (80: 11.4 against 7.7 µs).
-_ONE_SLICE = (grid.Cell("gather_elements axis -1", "bfloat16", 1, 80), "checked")
-_KNOWN = {_ONE_SLICE}
 
 
 @pytest.mark.parametrize(
-    "cell, mode",
-    [
-        pytest.param(c, m, marks=pytest.mark.xfail(strict=True)) if (c, m) in _KNOWN else (c, m)
-        for c in _INLINE_CELLS
-        for m in grid.MODES
-    ],
-    ids=lambda x: getattr(x, "name", x),
+    "cell, mode", itertools.product(_INLINE_CELLS, grid.MODES), ids=lambda x: getattr(x, "name", x)
 )
 def test_no_program_counts_inline_flops_or_more_where_jnps_counts_fewer(cell, mode):
     # Where jnp's program runs on the calling thread, the library's must too: a worker thread's
