@@ -156,8 +156,9 @@ def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) ->
         return opaque_fill
     if row and xla_vectorises_rows_clamped(dtype, row):
         return clamped_bits
-    vectorised = bool(row) and xla_vectorises_pinned_rows(dtype, row)
-    return opaque_fill if fill and not vectorised else None
+    if fill and row and xla_vectorises_pinned_rows(dtype, row):
+        return None  # the exclusive or's vector loop
+    return opaque_fill if fill else None
 
 
 def xla_vectorises_rows_clamped(dtype: Any, row: tuple[int, ...]) -> bool:

@@ -919,7 +919,7 @@ _INLINE_CELLS = [
 
 
 @pytest.mark.parametrize(
-    "cell, mode", itertools.product(_INLINE_CELLS, grid.MODES), ids=lambda x: getattr(x, "name", x)
+    "cell, mode", list(itertools.product(_INLINE_CELLS, grid.MODES)), ids=lambda x: getattr(x, "name", x)
 )
 def test_no_program_counts_inline_flops_or_more_where_jnps_counts_fewer(cell, mode):
     # Where jnp's program runs on the calling thread, the library's must too: a worker thread's
