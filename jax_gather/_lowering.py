@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_gather._cpu_client import INLINE_FLOPS
 from jax_gather._fill import (
     PinFn,
     bits_type,
@@ -259,18 +261,20 @@ def _dropped(data_dot: jax.Array, idx: jax.Array, ok: jax.Array, fill_dot: Any, 
 def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array | None:
     """One run-time integer per index (``per_index``) where the select of "fill" needs its bits
     pinned (:func:`jax_gather._fill.xla_cpu_keeps_bits`): over slices of more than one element,
-    a loop XLA:CPU unrolls into single moves for short rows, or from one slice (a broadcast:
-    there the first index, broadcast, which XLA counts once, where the opaque zeros of each index
-    count 5 flops an index). None where each index reads one element of its own: that select runs
-    in vector code (every bit kept, bfloat16 pairs and element gathers, rows of 1:
-    tests/test_every_dtype.py)."""
+    a loop XLA:CPU unrolls into single moves for short rows, or from one slice (a broadcast;
+    under INLINE_FLOPS output elements the first index, broadcast, whose zeros XLA counts once,
+    where each index's count 5 flops: GatherElements of 67-90 such bfloat16 elements 1.6-3.9x
+    jnp's time, on a worker thread, against 0.99-1.00; more, it measured 1.0-2.6x each index's
+    time). None where each index reads one element of its own: that select runs in vector code
+    (every bit kept, bfloat16 pairs and element gathers, rows of 1: tests/test_every_dtype.py)."""
     if xla_cpu_keeps_bits(np.dtype(data.dtype)):
         return None
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
-    if _one_slice(data, plan):  # every index reads the same slice: one integer pins them all
-        first = per_index(indices, plan)
-        return jnp.broadcast_to(first.reshape(-1)[:1].reshape(()), first.shape) if first.size else first
-    return per_index(indices, plan) if not single else None
+    pins = per_index(indices, plan)
+    if _one_slice(data, plan):  # every index reads the same slice: one integer may pin them all
+        few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS
+        return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape) if few else pins
+    return pins if not single else None
 
 
 def masked(
