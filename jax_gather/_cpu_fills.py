@@ -17,7 +17,7 @@ from jax_gather._cpu_client import INLINE_FLOPS, kernel_ir_holds
 from jax_gather._cpu_columns import columns_by_written_indices
 from jax_gather._fill import PinFn, clamped_bits, pinned_bits, xla_cpu_keeps_bits
 from jax_gather._fill_pin import opaque_fill, pins_the_fill
-from jax_gather._lowering import GENERIC, Lowering, direct, gather_or_fill, select_fill
+from jax_gather._lowering import GENERIC, Lowering, direct, gather_or_fill, one_slice, select_fill
 from jax_gather._traced_bounds import axis_sizes, in_bounds_mask
 from jax_gather.plans import GatherPlan, gather_plan
 
@@ -150,8 +150,7 @@ def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) ->
     the plain select took 1.5-3.8x its time. The clamp where XLA:CPU vectorises its select of the
     rows and not the exclusive or's."""
     row = pinned_rows(plan, dtype, longest)
-    one_slice = all(shape[d] == 1 for d in plan.dimension_numbers.start_index_map)
-    fill = math.prod(plan.slice_sizes) > 1 and not one_slice and pins_the_fill(dtype)
+    fill = math.prod(plan.slice_sizes) > 1 and not one_slice(shape, plan) and pins_the_fill(dtype)
     if fill and (not row or math.prod(plan.output_shape) < INLINE_FLOPS):
         return opaque_fill
     if row and xla_vectorises_rows_clamped(dtype, row):

@@ -89,12 +89,12 @@ def _direct_on_bits_jvp(plan, primals, tangents):
     return _direct_on_bits(data, idx, plan), tangent
 
 
-def _one_slice(data: jax.Array, plan: GatherPlan) -> bool:
-    """Whether every index reads the same slice of non-empty ``data`` (each indexed axis of size
-    1), a gather XLA rewrites as a broadcast; False for a symbolic axis."""
-    sizes = [data.shape[d] for d in plan.dimension_numbers.start_index_map]
-    known = all(isinstance(n, int) for n in data.shape)
-    return known and 0 not in data.shape and all(n == 1 for n in sizes)
+def one_slice(shape: tuple, plan: GatherPlan) -> bool:
+    """Whether every index reads the same slice of non-empty data of ``shape`` (each indexed axis
+    of size 1), a gather XLA rewrites as a broadcast; False for a symbolic axis."""
+    sizes = [shape[d] for d in plan.dimension_numbers.start_index_map]
+    known = all(isinstance(n, int) for n in shape)
+    return known and 0 not in shape and all(n == 1 for n in sizes)
 
 
 def _spread(per_index: jax.Array, plan: GatherPlan) -> jax.Array:
@@ -271,7 +271,7 @@ def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array
         return None
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
     pins = per_index(indices, plan)
-    if _one_slice(data, plan):  # every index reads the same slice: one integer may pin them all
+    if one_slice(data.shape, plan):  # every index reads the same slice: one integer may pin them all
         few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS
         return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape) if few else pins
     return pins if not single else None

@@ -499,6 +499,12 @@ def test_short_rows_in_bytes_are_bit_exact(dtype, jit, rows_on_any_jax):
 BF16 = ml_dtypes.bfloat16
 
 
+def _fact_answers(monkeypatch, fact, answer):
+    """``fact`` answered by ``answer`` wherever the CPU table asks it (jax_gather._cpu, _cpu_fills)."""
+    for module in (_cpu, _cpu_fills):
+        monkeypatch.setattr(module, fact, answer)
+
+
 # bfloat16 bit patterns a move through float32 changes (signalling NaNs, subnormals; a NaN's
 # payload), and a plain number.
 CHANGED_BY_FLOAT32 = np.array([0x7F81, 0xFF81, 0x0001, 0x8001, 0x7FA5, 0x3F80], np.uint16)
@@ -560,8 +566,7 @@ def test_rows_are_pinned_by_a_clamp_only_in_a_fill_of_bfloat16_rows_where_xla_ve
     vectorises, monkeypatch
 ):
     asked = []
-    for module in (_cpu, _cpu_fills):
-        monkeypatch.setattr(module, "xla_vectorises_rows_clamped", lambda *a: asked.append(a) or vectorises)
+    _fact_answers(monkeypatch, "xla_vectorises_rows_clamped", lambda *a: asked.append(a) or vectorises)
     _cpu._choose.cache_clear()
     try:
         for shape, dtype, plan, flops, expected in CLAMPS:
@@ -579,10 +584,8 @@ def test_a_fill_whose_select_the_clamp_vectorises_gathers_its_rows_whole(
     vectorises, monkeypatch, rows_on_any_jax, rows_pinned_on_any_jax
 ):
     # Its select's vector loop reads the rows as they are: in bytes, the fill measured slower.
-    for module in (_cpu, _cpu_fills):
-        monkeypatch.setattr(module, "xla_vectorises_rows_clamped", lambda *asked: vectorises)
-    for module in (_cpu, _cpu_fills):
-        monkeypatch.setattr(module, "xla_vectorises_pinned_rows", lambda *asked: False)  # the xor's: scalar
+    _fact_answers(monkeypatch, "xla_vectorises_rows_clamped", lambda *asked: vectorises)
+    _fact_answers(monkeypatch, "xla_vectorises_pinned_rows", lambda *asked: False)  # the xor's: scalar
     _cpu._choose.cache_clear()
     plan = plans.gather_plan((100, 48), (R,), 0)
     try:
@@ -617,9 +620,8 @@ FILL_PINS = [
 @pytest.mark.parametrize("holds", [True, False])
 def test_the_fill_is_pinned_instead_of_rows_where_xla_keeps_their_bits_through_it(holds, monkeypatch):
     monkeypatch.setattr(_cpu_fills, "pins_the_fill", lambda dtype: holds and dtype == BF16)
-    for module in (_cpu, _cpu_fills):
-        monkeypatch.setattr(module, "xla_vectorises_rows_clamped", lambda dtype, row: row == (48,))
-        monkeypatch.setattr(module, "xla_vectorises_pinned_rows", lambda dtype, row, *pin: row == (64,))
+    _fact_answers(monkeypatch, "xla_vectorises_rows_clamped", lambda dtype, row: row == (48,))
+    _fact_answers(monkeypatch, "xla_vectorises_pinned_rows", lambda dtype, row, *pin: row == (64,))
     _cpu._choose.cache_clear()
     try:
         for shape, plan, flops, pin in FILL_PINS:
@@ -645,10 +647,8 @@ def test_a_fill_whose_select_xla_vectorises_with_the_exclusive_or_gathers_its_ro
 ):
     # As with the clamp: the select's vector loop reads the rows as they are.
     asked = []
-    for module in (_cpu, _cpu_fills):
-        monkeypatch.setattr(module, "xla_vectorises_rows_clamped", lambda *a: False)
-    for module in (_cpu, _cpu_fills):
-        monkeypatch.setattr(module, "xla_vectorises_pinned_rows", lambda *a: asked.append(a) or vectorises)
+    _fact_answers(monkeypatch, "xla_vectorises_rows_clamped", lambda *a: False)
+    _fact_answers(monkeypatch, "xla_vectorises_pinned_rows", lambda *a: asked.append(a) or vectorises)
     _cpu._choose.cache_clear()
     plan = plans.gather_plan((100, 64), (R,), 0)
     try:
