@@ -53,7 +53,8 @@ from jax_gather._cpu_fills import (
 )
 from jax_gather._cpu_linear import linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, takes_whole_rows, xla_vectorises_rows_in_units
-from jax_gather._fill import clamped_bits, narrow_float, selected_as_bits
+from jax_gather._cpu_split import and_loop_splits, element_bits, nd_fill_loop_splits
+from jax_gather._fill import clamped_bits, narrow_float
 from jax_gather._fill_pin import opaque_fill
 from jax_gather._lowering import GENERIC, Lowering
 from jax_gather._x64 import x64_on
@@ -112,16 +113,7 @@ COLUMN_INDEX_FLOPS, HANDOFF_MIN_BYTES = 2, 4 << 20
 # index tuples, and 0.92-1.01 from 2048 to 32768; below, the linear index's flops could take a
 # small lookup to a worker thread (docs/design.md).
 BATCHED_ND_LINEAR_TUPLES = 2048
-# Fact: XLA:CPU, on two cores or more (xla_splits_loops), splits a loop into a task per core
-# where XLA's cost analysis counts more flops than bytes and flops + 10 bytes reach SPLIT_COST;
-# the one loop of a GatherND's fill counts 7 flops per index component, 3 more per element for
-# the floats it selects as bits (and 1 per data element, converted), and as bytes its int32
-# indices, output and data (tests/test_cpu_facts.py checks the count against XLA's). Split, it
-# waits on the other core; the slots written out leave two loops, each counted as bytes, on one
-# thread. Measured (AMD EPYC, jnp's "fill" 21-23 µs): 4096 bfloat16 pairs 39-53 µs in one split
-# loop, 21-28 in two; 8192 int8 pairs 38-46 and 22-28. From 16384 pairs the split loop was level
-# or faster (bfloat16: 39 against 80 µs; int8: 39 against 45).
-SPLIT_COST = 200000
+# Where XLA:CPU splits a loop into a task per core: jax_gather._cpu_split.
 ND_TWO_LOOPS_TUPLES = 16384
 
 
@@ -196,7 +188,7 @@ def _columns(site: Site) -> bool:
     columns = reads_columns(site.shape, site.plan) and site.one_device
     columns = columns and SHORT_LOOKUP_INDICES < n <= COLUMNS_MAX_INDICES
     columns = columns and (rows >= COLUMNS_FEW_ROWS or n <= COLUMNS_FEW_ROWS_MAX_INDICES)
-    columns = columns and site.dtype.itemsize <= 2 and _bits(site.dtype) >= 8
+    columns = columns and site.dtype.itemsize <= 2 and element_bits(site.dtype) >= 8
     return columns and xla_widens_column_indices()  # a CPU's fact: asked last, once a process
 
 
@@ -315,27 +307,21 @@ def _nd_two_loops(site: Site) -> bool:
     k = len(dn.start_index_map)
     one_element = math.prod(plan.slice_sizes) == 1  # each tuple reads one element of data
     tuples = one_element and plan.tuple_indices and k > 1 and not dn.operand_batching_dims
-    whole_bytes = _bits(site.dtype) >= 8  # sub-byte types are converted on the way: not counted here
+    whole_bytes = element_bits(site.dtype) >= 8  # sub-byte types are converted on the way: not counted here
     few = site.components < ND_TWO_LOOPS_TUPLES * k
-    return tuples and whole_bytes and few and _fill_loop_splits(site) and xla_splits_loops()
-
-
-def _fill_loop_splits(site: Site) -> bool:
-    """Whether XLA:CPU splits the one loop of an element GatherND's fill (by its cost analysis:
-    SPLIT_COST), for int32 indices."""
-    k, data = len(site.plan.dimension_numbers.start_index_map), math.prod(site.shape)
-    tuples, bits = site.components // k, selected_as_bits(site.dtype)
-    flops = tuples * (7 * k + 3 * bits) + data * bits
-    nbytes = tuples * (4 * k) + (tuples + data) * _bits(site.dtype) // 8
-    return flops > nbytes and flops + 10 * nbytes >= SPLIT_COST
+    splits = nd_fill_loop_splits(plan, site.shape, site.dtype, site.components)
+    return tuples and whole_bytes and few and splits and xla_splits_loops()
 
 
 def _tuple_slices(site: Site) -> bool:
     """A fill of index tuples of two components or more that each read a slice of more than one
-    element (not one element, nor one component: _cpu_fills)."""
+    element (not one element, nor one component: _cpu_fills), whose one loop XLA:CPU keeps
+    whole where it keeps jnp's (_cpu_split.and_loop_splits)."""
     plan = site.plan
     pairs = plan.tuple_indices and len(plan.dimension_numbers.start_index_map) > 1
-    return site.index_flops is None and pairs and math.prod(plan.slice_sizes) > 1
+    if not (site.index_flops is None and pairs and math.prod(plan.slice_sizes) > 1):
+        return False
+    return not (xla_splits_loops() and and_loop_splits(plan, site.shape, site.dtype, site.components))
 
 
 def _pinned_rows(site: Site) -> tuple[int, ...]:
@@ -466,7 +452,7 @@ def _static(*shapes: tuple) -> bool:
 
 
 def _output_bytes(plan: GatherPlan, dtype: np.dtype) -> int:
-    return math.prod(plan.output_shape) * _bits(dtype) // 8
+    return math.prod(plan.output_shape) * element_bits(dtype) // 8
 
 
 def _runs_and_lines(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> tuple[int, int]:
@@ -481,20 +467,11 @@ def _runs_and_lines(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> tuple[in
     if run == 0:
         return 0, 0
     runs = math.prod(plan.output_shape) // run
-    run_lines = -(-run * _bits(dtype) // (8 * CACHE_LINE))
-    return runs, min(runs * run_lines * CACHE_LINE, math.prod(shape) * _bits(dtype) // 8)
+    run_lines = -(-run * element_bits(dtype) // (8 * CACHE_LINE))
+    return runs, min(runs * run_lines * CACHE_LINE, math.prod(shape) * element_bits(dtype) // 8)
 
 
 def _index_components(plan: GatherPlan) -> int:
     dn = plan.dimension_numbers
     batch = [d for i, d in enumerate(plan.output_shape) if i not in dn.offset_dims]
     return math.prod(batch) * len(dn.start_index_map)
-
-
-def _bits(dtype: np.dtype) -> int:
-    """Bits per element: a 4-bit type's itemsize is 1 (NumPy stores one per byte), its bits 4."""
-    if jnp.issubdtype(dtype, jnp.integer):
-        return int(jnp.iinfo(dtype).bits)
-    if jnp.issubdtype(dtype, jnp.floating):
-        return int(jnp.finfo(dtype).bits)
-    return 8 * dtype.itemsize  # bool, complex

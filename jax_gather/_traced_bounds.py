@@ -19,6 +19,7 @@ from jax import export, lax
 
 from jax_gather._arguments import fail
 from jax_gather._cpu_client import INLINE_FLOPS
+from jax_gather._cpu_split import SPLIT_ANYWAY_BYTES
 from jax_gather._host_bounds import check_index_dtype, host_indices, narrow_host_indices
 from jax_gather._index_check import check_indices
 from jax_gather._x64 import x64_on
@@ -237,11 +238,6 @@ def normalising_is_inline(components: int) -> bool:
     return _UNCLAMPED_FLOPS * components < INLINE_FLOPS
 
 
-# XLA:CPU splits a loop whose flops exceed its bytes into a task per core (its parallel task
-# assignment counts it compute-bound); one that does not, from this many bytes of output.
-_SPLIT_ANYWAY_BYTES = 512 << 10
-
-
 def clamp_pays(plan: GatherPlan, indices: jax.Array, dtype: Any) -> bool:
     """Whether the indices of a promise are clamped as well as normalised.
 
@@ -249,12 +245,12 @@ def clamp_pays(plan: GatherPlan, indices: jax.Array, dtype: Any) -> bool:
     index component, which XLA counts: they can take a program jnp's normalisation keeps under
     INLINE_FLOPS over it, to a worker thread (tens of microseconds), and an element gather of
     narrow data past one flop per byte, which XLA splits into a task per core. So it is taken
-    only where neither can happen: at least _SPLIT_ANYWAY_BYTES of output and too many
+    only where neither can happen: at least SPLIT_ANYWAY_BYTES of output and too many
     components for jnp's program to stay on the calling thread."""
     n, out = indices.size, math.prod(plan.output_shape)
     if not isinstance(n, int) or not isinstance(out, int):
         return True
-    big = out * np.dtype(dtype).itemsize >= _SPLIT_ANYWAY_BYTES
+    big = out * np.dtype(dtype).itemsize >= SPLIT_ANYWAY_BYTES
     return big and _UNCLAMPED_FLOPS * n >= INLINE_FLOPS
 
 

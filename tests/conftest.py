@@ -4,7 +4,7 @@ import jax
 import pytest
 from hypothesis import settings
 
-from jax_gather import _cpu, _cpu_fills
+from jax_gather import _cpu, _cpu_fills, _cpu_split
 
 # JAX_GATHER_EXAMPLES=400 pytest draws ten times as many cases as the default run; pytest -m core
 # (the fast tier) a quarter as many, unless JAX_GATHER_EXAMPLES says how many.
@@ -24,11 +24,11 @@ def pytest_configure(config):
 
 
 def _facts_held(monkeypatch, *facts, answer=True):
-    """Each of ``facts`` (functions of jax_gather._cpu, and of jax_gather._cpu_fills where it
-    asks them too) answering ``answer`` while the test runs, the lowerings chosen and programs
-    traced with it, and neither kept after."""
+    """Each of ``facts`` (functions of jax_gather._cpu, and of jax_gather._cpu_fills and
+    _cpu_split where they ask them too) answering ``answer`` while the test runs, the lowerings
+    chosen and programs traced with it, and neither kept after."""
     for fact in facts:
-        for module in (_cpu, _cpu_fills):
+        for module in (_cpu, _cpu_fills, _cpu_split):
             if hasattr(module, fact):
                 monkeypatch.setattr(module, fact, lambda *asked: answer)
     _cpu._choose.cache_clear()

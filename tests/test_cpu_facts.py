@@ -35,6 +35,7 @@ from jax_gather import (
     _cpu_fills,
     _cpu_linear,
     _cpu_rows,
+    _cpu_split,
     _fill,
     _fill_pin,
     _lowering,
@@ -255,6 +256,40 @@ def test_xla_counts_a_reduced_tuple_mask_twice_before_a_gather_of_slices():
 
 
 @needs_cpu_lowerings
+@pytest.mark.parametrize("dtype", [np.int8, np.float32, jnp.bfloat16], ids=str)
+def test_xla_splits_an_and_ed_tuple_mask_loop_where_the_library_counts_it_so(monkeypatch, dtype):
+    # Where tuple_mask_by_and stops (_cpu_split.and_loop_splits): its one loop counts more flops
+    # than bytes where the reduced mask's loops (jnp's) count fewer, and XLA:CPU splits it into a
+    # task per core (int8 pairs of rows of 2 by 2048: 1.5-2.4x jnp's time, the reduced 0.9). The
+    # count is exact for a plain select (where it says so, jnp's loops stay whole); for a pinned
+    # or converted one it may say so where XLA does not split it or splits jnp's too. Every split
+    # it would add to jnp's it says; on one core none.
+    jnp_fill = lambda d, i: d.at[i[:, 0], i[:, 1]].get(mode="fill", fill_value=0)
+    lib_fill = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
+    plain = dtype != jnp.bfloat16
+    cells = [(w, n) for w in (2, 4, 8) for n in (512, 2048, 8192, 32768)]
+    inputs = {c: (np.zeros((64, 64, c[0]), dtype), np.zeros((c[1], 2), np.int32)) for c in cells}
+    plans_ = {c: plans.gather_nd_plan(*(x.shape for x in inputs[c])) for c in cells}
+    chosen = {c: "tuple_mask_by_and" in _cpu.lowering(plans_[c], (64, 64, c[0]), dtype).names for c in cells}
+    monkeypatch.setattr(_cpu, "and_loop_splits", lambda *args: False)  # the and taken wherever it applies
+    _cpu._choose.cache_clear()
+    jax.clear_caches()
+    try:
+        for c in cells:
+            said = _cpu_client.xla_splits_loops() and _cpu_split.and_loop_splits(
+                plans_[c], inputs[c][0].shape, np.dtype(dtype), 2 * c[1]
+            )
+            assert "tuple_mask_by_and" in _cpu.lowering(plans_[c], inputs[c][0].shape, dtype).names
+            anded, jnps = _split_into_tasks(lib_fill, *inputs[c]), _split_into_tasks(jnp_fill, *inputs[c])
+            assert said or not anded or jnps, c
+            assert said == (anded and not jnps) or not plain, c
+            assert chosen[c] == (not said), c
+    finally:
+        _cpu._choose.cache_clear()
+        jax.clear_caches()
+
+
+@needs_cpu_lowerings
 def test_xla_fuses_a_reduced_tuple_mask_into_a_gather_of_elements():
     # Why not for elements: there the reduction runs in the gather's one loop, counted once, and
     # LLVM vectorises that loop at least where it vectorises the and's (AVX2 and AVX-512 do, and
@@ -415,7 +450,7 @@ def test_the_cpu_client_copies_small_unaligned_arrays_on_the_calling_thread():
 
 @needs_cpu_lowerings
 def test_xla_splits_the_one_loop_of_a_gather_nd_fill_where_its_cost_analysis_counts_it_so():
-    # Why nd_fill_in_two_loops, and where (_cpu._fill_loop_splits): XLA:CPU splits the fill's one
+    # Why nd_fill_in_two_loops, and where (_cpu_split.nd_fill_loop_splits): XLA:CPU splits the fill's one
     # loop into a task per core wherever the count says so (exactly so over small data; over a
     # large table XLA splits more often than it says, where the lowering is not taken), in a
     # process on two cores or more; on one it splits none, and the lowering is not taken.
@@ -423,9 +458,7 @@ def test_xla_splits_the_one_loop_of_a_gather_nd_fill_where_its_cost_analysis_cou
     splits = _cpu_client.xla_splits_loops()
     counted = lambda shape, n, dtype: (
         splits
-        and _cpu._fill_loop_splits(
-            _cpu.Site(plans.gather_nd_plan(shape, (n, 2)), shape, np.dtype(dtype), False, 1)
-        )
+        and _cpu_split.nd_fill_loop_splits(plans.gather_nd_plan(shape, (n, 2)), shape, np.dtype(dtype), 2 * n)
     )
     with _cpu.without("nd_fill_in_two_loops"):
         for dtype in (jnp.bfloat16, jnp.float16, jnp.int8, jnp.float32):
@@ -973,7 +1006,7 @@ def _split_into_tasks(fn, *args) -> bool:
 
 
 def test_a_promise_of_a_small_element_gather_is_not_split_into_tasks():
-    # Why the clamp is left out below _traced_bounds._SPLIT_ANYWAY_BYTES of output: its two flops per
+    # Why the clamp is left out below _cpu_split.SPLIT_ANYWAY_BYTES of output: its two flops per
     # component take an int8 element gather past one flop per byte, and XLA:CPU splits such a
     # loop into a task per core where it splits loops (what jnp's program of the same gather is not).
     data, tuples = np.zeros((64, 64), np.int8), make_tuples(8192)

@@ -51,6 +51,8 @@ COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
 BY_LINEAR = {ND_LINEAR} if _cpu.xla_vectorises_linear_indices() else set()
 # The two-loop fill only where XLA splits loops into tasks (a process on two cores or more).
 SPLIT = {TWO_LOOPS} if _cpu.xla_splits_loops() else set()
+# A tuple's mask is an and where XLA would not split its one loop (nor on one core).
+SPLIT_AND = set() if _cpu.xla_splits_loops() else {AND}
 # A lookup reads 6 MiB of cache lines from a pad only where XLA splits the select's loop.
 SPLIT_PAD = {LOOKUP_PAD} if _cpu.xla_splits_loops() else set()
 # The linear derivative of an odd count of rows only where XLA does not split its index's loop,
@@ -190,7 +192,12 @@ SELECTIONS = [
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (4096, 2)), {LINEAR, *SPLIT}),
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (2048, 2)), {LINEAR}),
     ((64, 64, 1), jnp.int4, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # converted to bytes
-    ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), {AND}),  # rows
+    ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (512, 2)), {AND}),  # rows
+    # Where the and-ed loop would split (_cpu_split.and_loop_splits) the mask is jnp's.
+    ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), SPLIT_AND),
+    ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (2048, 2)), SPLIT_AND),
+    ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (65536, 2)), {AND}),  # jnp's split too
+    ((64, 64, 32), np.float32, plans.gather_nd_plan((64, 64, 32), (4096, 2)), {ROWS, AND}),  # bytes
     # A fill's in-bounds flag of a tuple of components that reads a slice: their and.
     ((4, 64, 64, 8), np.float32, plans.gather_nd_plan((4, 64, 64, 8), (4, 45, 2), 1), {AND}),
     ((64, 8), np.float32, plans.gather_nd_plan((64, 8), (300, 1)), set()),  # one component

@@ -1,0 +1,70 @@
+"""Where XLA:CPU splits a loop into a task per core (its parallel task assignment): the CPU
+table's rules keep a fill's loop whole where jnp's program of the same gather is.
+
+Fact: XLA:CPU, on two cores or more (``xla_splits_loops``), splits a loop into a task per core
+where XLA's cost analysis counts more flops than bytes and flops + 10 bytes reach SPLIT_COST,
+and one of no more flops than bytes from SPLIT_ANYWAY_BYTES (read and written; jnp's loops too). Split,
+the calling thread waits on a worker thread: 20-50 µs on the AMD EPYC, where the loop took
+10-30. Measured (AMD EPYC, jnp's "fill" 21-23 µs): 4096 bfloat16 pairs 39-53 µs in one split
+loop, 21-28 in two; 8192 int8 pairs 38-46 and 22-28; from 16384 pairs the split loop was level
+or faster (bfloat16: 39 against 80 µs; int8: 39 against 45). tests/test_cpu_facts.py checks the
+counts below against XLA's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from jax_gather._fill import selected_as_bits, xla_cpu_keeps_bits
+from jax_gather._fill_pin import pins_the_fill
+from jax_gather.plans import GatherPlan
+
+SPLIT_COST = 200000
+SPLIT_ANYWAY_BYTES = 512 << 10
+
+
+def element_bits(dtype: np.dtype) -> int:
+    """Bits per element: a 4-bit type's itemsize is 1 (NumPy stores one per byte), its bits 4."""
+    if jnp.issubdtype(dtype, jnp.integer):
+        return int(jnp.iinfo(dtype).bits)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return int(jnp.finfo(dtype).bits)
+    return 8 * dtype.itemsize  # bool, complex
+
+
+def loop_splits(flops: int, nbytes: int) -> bool:
+    """Whether XLA:CPU splits a loop of this count of flops and bytes where it splits loops."""
+    return flops > nbytes and flops + 10 * nbytes >= SPLIT_COST
+
+
+def nd_fill_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
+    """Whether XLA:CPU splits the one loop of an element GatherND's fill, for int32 indices: 7
+    flops per index component, 3 more per element for the floats it selects as bits (and 1 per
+    data element, converted); as bytes its indices, output and data."""
+    k, data = len(plan.dimension_numbers.start_index_map), math.prod(shape)
+    tuples, bits = components // k, selected_as_bits(dtype)
+    flops = tuples * (7 * k + 3 * bits) + data * bits
+    return loop_splits(flops, tuples * (4 * k) + (tuples + data) * element_bits(dtype) // 8)
+
+
+def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
+    """Whether XLA:CPU splits the one loop of a fill of index tuples that read slices, their
+    in-bounds flag the and of the components' (``_cpu_fills.all_components``), where it keeps
+    jnp's loops whole: below SPLIT_ANYWAY_BYTES read and written by each (its normalised
+    indices' loop; its select's, of indices, data and output).
+
+    XLA counts 7 flops per component less one, and per slice element one for a plain select or
+    one against a pinned fill (``pins_the_fill``), else 7-8 (bits pinned or converted; 5 more a
+    tuple for the pin of each index): counted here as 8 and 5. Int8 pairs of rows of 2-16 from
+    2048 to 16384 (the loop split) took 1.4-2.4x jnp's time, the reduced flag 0.8-0.9."""
+    k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
+    tuples, bits = components // k, element_bits(dtype)
+    plain = bits >= 8 and xla_cpu_keeps_bits(dtype) and not selected_as_bits(dtype)
+    per_tuple = 7 * k - 1 + width if plain or pins_the_fill(dtype) else 7 * k + 4 + 8 * width
+    index_bytes = tuples * 4 * k
+    nbytes = index_bytes + (tuples * width + math.prod(shape)) * bits // 8
+    anyway = max(2 * index_bytes, nbytes) >= SPLIT_ANYWAY_BYTES
+    return not anyway and loop_splits(tuples * per_tuple, nbytes)
