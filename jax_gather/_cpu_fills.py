@@ -33,9 +33,14 @@ from jax_gather.plans import GatherPlan, gather_plan
 
 
 def read_fill_from_pad(
-    data: jax.Array, slots: jax.Array, fill: jax.Array, indices: jax.Array, plan: GatherPlan
+    data: jax.Array,
+    slots: jax.Array,
+    fill: jax.Array,
+    indices: jax.Array,
+    plan: GatherPlan,
+    pin: PinFn | None = None,
 ) -> jax.Array:
-    """The fill read from a pad of data (no select, so no pin: ``indices`` unread)."""
+    """The fill read from a pad of data (no select, so no pin: ``indices`` and ``pin`` unread)."""
     return direct(padded(data, fill, plan), slots, plan)
 
 
@@ -54,9 +59,15 @@ def padded(data: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
 
 
 def column_fill_from_pad(
-    data: jax.Array, slots: jax.Array, fill: jax.Array, indices: jax.Array, plan: GatherPlan
+    data: jax.Array,
+    slots: jax.Array,
+    fill: jax.Array,
+    indices: jax.Array,
+    plan: GatherPlan,
+    pin: PinFn | None = None,
 ) -> jax.Array:
-    """The column gather's fill read from a pad of data (no select: ``indices`` unread)."""
+    """The column gather's fill read from a pad of data (no select: ``indices`` and ``pin``
+    unread)."""
     return columns_by_written_indices(padded(data, fill, plan), slots, plan)
 
 
@@ -69,13 +80,23 @@ def column_fill_from_pad(
 
 
 def fill_after_written_slots(
-    data: jax.Array, slots: jax.Array, fill: jax.Array, indices: jax.Array, plan: GatherPlan
+    data: jax.Array,
+    slots: jax.Array,
+    fill: jax.Array,
+    indices: jax.Array,
+    plan: GatherPlan,
+    pin: PinFn | None = None,
 ) -> jax.Array:
     """The generic gather and its select, from the slots: GatherND's fill in two loops, and a
-    column gather's where it selects its fill (no pad)."""
+    column gather's where it selects its fill (no pad), its bits kept by the lowering's ``pin``
+    where the CPU table chose one (:func:`select_pin`; the pinned fill counts one flop an
+    element in XLA's count where a pin of each element counts four: those took bfloat16 columns
+    of 8-16 rows by 3000-8192 ids past one flop a byte, a loop XLA split, 1.3-2.2x jnp's time
+    on JAX 0.12)."""
     sizes = axis_sizes(plan, slots.dtype)
     ok = jnp.all(slots < sizes, axis=-1)
-    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, GENERIC)
+    low = GENERIC if pin is None else Lowering(pin=pin)
+    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, low)
 
 
 # ---- the in-bounds flag of an index tuple ----------------------------------------------------------

@@ -42,7 +42,8 @@ from jax_gather.plans import GatherPlan
 PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
 GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
-FillFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, GatherPlan], jax.Array]
+# (data, slots, fill, indices, plan, the lowering's pin) -> the gather of "fill"
+FillFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, GatherPlan, PinFn | None], jax.Array]
 MaskFn = Callable[[jax.Array], jax.Array]
 
 # Set while the gather a pinned select follows is traced, where XLA:CPU would gather the type
@@ -310,7 +311,7 @@ def _fill_on_cpu(
     :func:`_select_fill_dropping`): its transpose scatters into data itself, where the CPU
     fill's might scatter into a padded copy and then cut the slice out."""
     assert low.fill is not None
-    return low.fill(data, slots, fill, indices, plan)
+    return low.fill(data, slots, fill, indices, plan, low.pin)
 
 
 @_fill_on_cpu.defjvp
