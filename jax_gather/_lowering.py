@@ -267,12 +267,18 @@ def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array
     where each index's count 5 flops: GatherElements of 67-90 such bfloat16 elements 1.6-3.9x
     jnp's time, on a worker thread, against 0.99-1.00; more, it measured 1.0-2.6x each index's
     time). None where each index reads one element of its own: that select runs in vector code
-    (every bit kept, bfloat16 pairs and element gathers, rows of 1: tests/test_every_dtype.py)."""
+    (every bit kept, bfloat16 pairs and element gathers, rows of 1: tests/test_every_dtype.py),
+    also from an axis of one element after batch dims, read once per element of data
+    (GatherElements of (n, 1) along it: an elementwise select; pinned, its 15 flops an element
+    to jnp's 7 took the loop past one flop a byte, which XLA:CPU split into a task per core:
+    3-9x jnp's time on JAX 0.12 from 3000 elements)."""
     if xla_cpu_keeps_bits(np.dtype(data.dtype)):
         return None
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
     pins = per_index(indices, plan)
-    if one_slice(data.shape, plan):  # every index reads the same slice: one integer may pin them all
+    batched = bool(plan.dimension_numbers.operand_batching_dims)
+    own = single and batched and tuple(plan.output_shape) == tuple(data.shape)  # an element each
+    if one_slice(data.shape, plan) and not own:  # all read one slice: one integer may pin them all
         few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS
         return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape) if few else pins
     return pins if not single else None

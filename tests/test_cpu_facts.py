@@ -223,6 +223,27 @@ def test_xla_keeps_the_bits_of_bfloat16_rows_through_a_pinned_fill_where_the_lib
     assert not (fact and jnp_keeps), "jnp's select keeps every bit: is a pin still needed?"
 
 
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (7, 1), (33, 1), (1000, 1), (4096, 1), (16384, 1), (5, 3, 1), (64, 2, 1)], ids=str
+)
+def test_xla_keeps_the_bits_of_bfloat16_gathered_along_an_axis_of_one_element_once_each(shape):
+    # Why _lowering.fill_pin pins no element where each index after batch dims reads an element
+    # of its own along an axis of one element (GatherElements of (n, 1) along it): XLA:CPU
+    # selects them in vector code, every bit kept (JAX 0.10 and 0.12, where a pin of each element
+    # took the loop past one flop a byte, which XLA split: 3-9x jnp's time from 3000 elements).
+    # Read more than once each (a broadcast) they lose bits: there the pin stays.
+    data = np.resize(np.roll(CHANGED_BY_FLOAT32, shape[0]), shape).view(BF16)
+    ids = np.random.default_rng(shape[0]).integers(-2, 2, shape).astype(np.int32)  # half in bounds
+    fill = np.asarray(np.nan, BF16)
+    ours = jax.jit(lambda d, i: jax_gather.gather_elements(d, i, -1, mode="fill"))
+    expected = reference.gather_elements(data, ids, -1, mode="fill", fill=fill).view(np.uint16)
+    assert (np.asarray(ours(*_on_cpu(data, ids))).view(np.uint16) == expected).all()
+    jnps = jax.jit(lambda d, i: jnp.take_along_axis(d, i, -1, mode="fill", fill_value=np.nan))
+    assert _flops(ours.lower(*_on_cpu(data, ids)).compile()) <= _flops(
+        jnps.lower(*_on_cpu(data, ids)).compile()
+    )
+
+
 # ---- tuple_mask_by_and ---------------------------------------------------------------------------
 
 
