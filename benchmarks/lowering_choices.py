@@ -45,8 +45,8 @@ BATCHED_PAIRS = bench.Case("gather_nd batch_dims=1, 1024 pairs", "gather_nd", 1,
 # And the largest column lookup that reads its fill from a pad where XLA splits loops (8 MiB of
 # cache lines).
 COLUMN_LOOKUP = bench.Case("gather axis 1, 32 ids of 4096 columns", "gather", 1, (4096, 4096), (32,))
-# And a GatherND of index pairs whose one fill loop XLA:CPU splits (below ND_TWO_LOOPS_TUPLES;
-# 2048 pairs at --scale 4).
+# And a GatherND of index pairs whose one fill loop XLA:CPU splits where it keeps jnp's whole
+# (2048 pairs at --scale 4).
 PAIRS = bench.Case("gather_nd, 8192 int8 pairs", "gather_nd", 0, (64, 64), (8192, 2), True, "int8")
 # And bfloat16 rows of 48 (12 at --scale 4), whose fill's select XLA:CPU vectorises with the clamp pin.
 CLAMPED = bench.Case("gather axis 0, bfloat16 rows of 48", "gather", 0, (4096, 48), (4000,), True, "bfloat16")

@@ -53,7 +53,13 @@ from jax_gather._cpu_fills import (
 )
 from jax_gather._cpu_linear import linear_index_dtype, xla_vectorises_linear_indices
 from jax_gather._cpu_rows import rows_in_units, takes_whole_rows, xla_vectorises_rows_in_units
-from jax_gather._cpu_split import and_loop_splits, element_bits, nd_fill_loop_splits
+from jax_gather._cpu_split import (
+    and_loop_splits,
+    element_bits,
+    jnp_splits_its_index_loop,
+    nd_fill_loop_splits,
+    reduced_loop_splits,
+)
 from jax_gather._fill import clamped_bits, narrow_float
 from jax_gather._fill_pin import opaque_fill
 from jax_gather._lowering import GENERIC, Lowering
@@ -114,7 +120,6 @@ COLUMN_INDEX_FLOPS, HANDOFF_MIN_BYTES = 2, 4 << 20
 # small lookup to a worker thread (docs/design.md).
 BATCHED_ND_LINEAR_TUPLES = 2048
 # Where XLA:CPU splits a loop into a task per core: jax_gather._cpu_split.
-ND_TWO_LOOPS_TUPLES = 16384
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,18 +304,20 @@ def _reads_little(site: Site) -> bool:
 
 
 def _nd_two_loops(site: Site) -> bool:
-    """A GatherND of one element per index tuple (of two components or more) without batch dims,
-    of fewer than ND_TWO_LOOPS_TUPLES tuples, whose fill in one loop XLA:CPU would split. Not in
-    a process on one core, where it splits no loop: there, the one loop took 0.74-0.80 of the
-    two's time (8192 int8 pairs, AMD EPYC pinned to one core)."""
+    """A GatherND fill of index tuples (of two components or more) without batch dims, of
+    whole-byte data, whose one loop XLA:CPU would split where it keeps jnp's loops whole (below
+    what jnp's index loop splits at: 32768 pairs): of one element a tuple, the generic loop; of
+    slices, the gather's loop after the reduced flag, where the and-ed one would split too. Not
+    in a process on one core, where it splits no loop: there, the one loop took 0.74-0.80 of
+    the two's time (8192 int8 pairs, AMD EPYC pinned to one core)."""
     plan, dn = site.plan, site.plan.dimension_numbers
-    k = len(dn.start_index_map)
-    one_element = math.prod(plan.slice_sizes) == 1  # each tuple reads one element of data
-    tuples = one_element and plan.tuple_indices and k > 1 and not dn.operand_batching_dims
-    whole_bytes = element_bits(site.dtype) >= 8  # sub-byte types are converted on the way: not counted here
-    few = site.components < ND_TWO_LOOPS_TUPLES * k
-    splits = nd_fill_loop_splits(plan, site.shape, site.dtype, site.components)
-    return tuples and whole_bytes and few and splits and xla_splits_loops()
+    tuples = plan.tuple_indices and len(dn.start_index_map) > 1 and not dn.operand_batching_dims
+    if not (tuples and element_bits(site.dtype) >= 8 and xla_splits_loops()):
+        return False  # sub-byte types are converted on the way: not counted here
+    counted = (plan, site.shape, site.dtype, site.components)
+    if math.prod(plan.slice_sizes) > 1:  # where tuple_mask_by_and's one loop would split too
+        return site.index_flops is None and reduced_loop_splits(*counted) and and_loop_splits(*counted)
+    return nd_fill_loop_splits(*counted) and not jnp_splits_its_index_loop(site.components)
 
 
 def _tuple_slices(site: Site) -> bool:

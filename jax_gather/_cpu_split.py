@@ -50,21 +50,51 @@ def nd_fill_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, compone
     return loop_splits(flops, tuples * (4 * k) + (tuples + data) * element_bits(dtype) // 8)
 
 
+def jnp_splits_its_index_loop(components: int) -> bool:
+    """Whether XLA:CPU splits the loop in which jnp's fill of index tuples writes out its
+    normalised int32 components (4 bytes read and 4 written each): from SPLIT_ANYWAY_BYTES."""
+    return 8 * components >= SPLIT_ANYWAY_BYTES
+
+
 def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
     """Whether XLA:CPU splits the one loop of a fill of index tuples that read slices, their
     in-bounds flag the and of the components' (``_cpu_fills.all_components``), where it keeps
-    jnp's loops whole: below SPLIT_ANYWAY_BYTES read and written by each (its normalised
-    indices' loop; its select's, of indices, data and output).
+    jnp's loops whole (its index loop, and its select's: below SPLIT_ANYWAY_BYTES of indices,
+    data and output).
 
     XLA counts 7 flops per component less one, and per slice element one for a plain select or
     one against a pinned fill (``pins_the_fill``), else 7-8 (bits pinned or converted; 5 more a
     tuple for the pin of each index): counted here as 8 and 5. Int8 pairs of rows of 2-16 from
     2048 to 16384 (the loop split) took 1.4-2.4x jnp's time, the reduced flag 0.8-0.9."""
+    flops, nbytes = _slice_fill_counts(plan, shape, dtype, components)
+    anyway = jnp_splits_its_index_loop(components) or nbytes >= SPLIT_ANYWAY_BYTES
+    return not anyway and loop_splits(flops, nbytes)
+
+
+def reduced_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
+    """Whether XLA:CPU splits the gather's loop of a fill of index tuples that read slices of a
+    type it selects as it is, their flag reduced in a loop of its own, where it keeps jnp's
+    loops whole. That loop counts 5 flops a component (the index) and one an element, and reads
+    the flag, a byte a tuple, more than the and-ed one. Int8 pairs of rows of 2 by 12000-24000:
+    1.09-1.20x jnp's time; in two loops (``nd_fill_in_two_loops``) 0.96-1.03."""
+    k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
+    _, nbytes = _slice_fill_counts(plan, shape, dtype, components)
+    anyway = jnp_splits_its_index_loop(components) or nbytes >= SPLIT_ANYWAY_BYTES
+    tuples = components // k
+    flops = tuples * (5 * k + width)
+    return _plain_select(dtype) and not anyway and loop_splits(flops, nbytes + tuples)
+
+
+def _slice_fill_counts(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> tuple[int, int]:
+    """XLA's count of flops and bytes of the one loop of a fill of index tuples that read slices,
+    their flag the and of the components'."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     tuples, bits = components // k, element_bits(dtype)
-    plain = bits >= 8 and xla_cpu_keeps_bits(dtype) and not selected_as_bits(dtype)
-    per_tuple = 7 * k - 1 + width if plain or pins_the_fill(dtype) else 7 * k + 4 + 8 * width
-    index_bytes = tuples * 4 * k
-    nbytes = index_bytes + (tuples * width + math.prod(shape)) * bits // 8
-    anyway = max(2 * index_bytes, nbytes) >= SPLIT_ANYWAY_BYTES
-    return not anyway and loop_splits(tuples * per_tuple, nbytes)
+    one_flop = _plain_select(dtype) or pins_the_fill(dtype)
+    per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 4 + 8 * width
+    return tuples * per_tuple, tuples * 4 * k + (tuples * width + math.prod(shape)) * bits // 8
+
+
+def _plain_select(dtype: np.dtype) -> bool:
+    """A select XLA:CPU makes of whole bytes as they are, every bit kept: no pin, no convert."""
+    return element_bits(dtype) >= 8 and xla_cpu_keeps_bits(dtype) and not selected_as_bits(dtype)

@@ -278,33 +278,43 @@ def test_xla_counts_a_reduced_tuple_mask_twice_before_a_gather_of_slices():
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("dtype", [np.int8, np.float32, jnp.bfloat16], ids=str)
-def test_xla_splits_an_and_ed_tuple_mask_loop_where_the_library_counts_it_so(monkeypatch, dtype):
+def test_xla_splits_a_tuple_mask_loop_where_the_library_counts_it_so(monkeypatch, dtype):
     # Where tuple_mask_by_and stops (_cpu_split.and_loop_splits): its one loop counts more flops
     # than bytes where the reduced mask's loops (jnp's) count fewer, and XLA:CPU splits it into a
-    # task per core (int8 pairs of rows of 2 by 2048: 1.5-2.4x jnp's time, the reduced 0.9). The
-    # count is exact for a plain select (where it says so, jnp's loops stay whole); for a pinned
-    # or converted one it may say so where XLA does not split it or splits jnp's too. Every split
-    # it would add to jnp's it says; on one core none.
+    # task per core (int8 pairs of rows of 2 by 2048: 1.5-2.4x jnp's time, the reduced 0.9); and
+    # where the reduced mask's gather loop splits too (reduced_loop_splits), the fill runs in two
+    # loops (int8 rows of 2 by 12000-24000: 1.09-1.20x, two loops 0.96-1.03). The counts are
+    # exact for a plain select (where they say so, jnp's loops stay whole); for a pinned or
+    # converted one the and's may say so where XLA does not split it or splits jnp's too. Every
+    # split they would add to jnp's they say; on one core none.
     jnp_fill = lambda d, i: d.at[i[:, 0], i[:, 1]].get(mode="fill", fill_value=0)
     lib_fill = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
     plain = dtype != jnp.bfloat16
-    cells = [(w, n) for w in (2, 4, 8) for n in (512, 2048, 8192, 32768)]
+    cells = [(w, n) for w in (2, 4, 8) for n in (512, 2048, 8192, 16384, 32768)]
     inputs = {c: (np.zeros((64, 64, c[0]), dtype), np.zeros((c[1], 2), np.int32)) for c in cells}
     plans_ = {c: plans.gather_nd_plan(*(x.shape for x in inputs[c])) for c in cells}
-    chosen = {c: "tuple_mask_by_and" in _cpu.lowering(plans_[c], (64, 64, c[0]), dtype).names for c in cells}
+    chosen = {c: _cpu.lowering(plans_[c], (64, 64, c[0]), dtype).names for c in cells}
+    counted = lambda fact, c: (
+        _cpu_client.xla_splits_loops() and fact(plans_[c], inputs[c][0].shape, np.dtype(dtype), 2 * c[1])
+    )
+    with _cpu.without("tuple_mask_by_and", "nd_fill_in_two_loops"):
+        reduced = {c: _split_into_tasks(lib_fill, *inputs[c]) for c in cells}
     monkeypatch.setattr(_cpu, "and_loop_splits", lambda *args: False)  # the and taken wherever it applies
     _cpu._choose.cache_clear()
     jax.clear_caches()
     try:
         for c in cells:
-            said = _cpu_client.xla_splits_loops() and _cpu_split.and_loop_splits(
-                plans_[c], inputs[c][0].shape, np.dtype(dtype), 2 * c[1]
+            said, said_reduced = (
+                counted(_cpu_split.and_loop_splits, c),
+                counted(_cpu_split.reduced_loop_splits, c),
             )
             assert "tuple_mask_by_and" in _cpu.lowering(plans_[c], inputs[c][0].shape, dtype).names
             anded, jnps = _split_into_tasks(lib_fill, *inputs[c]), _split_into_tasks(jnp_fill, *inputs[c])
             assert said or not anded or jnps, c
             assert said == (anded and not jnps) or not plain, c
-            assert chosen[c] == (not said), c
+            assert said_reduced == (reduced[c] and not jnps) or not plain, c
+            assert ("tuple_mask_by_and" in chosen[c]) == (not said), c
+            assert ("nd_fill_in_two_loops" in chosen[c]) == (said and said_reduced), c
     finally:
         _cpu._choose.cache_clear()
         jax.clear_caches()

@@ -16,7 +16,7 @@ from jax import export
 from jax.test_util import check_grads
 
 import jax_gather
-from jax_gather import _cpu, _cpu_columns, _cpu_fills, _cpu_linear, _fill_pin, _lowering, plans
+from jax_gather import _cpu, _cpu_columns, _cpu_fills, _cpu_linear, _cpu_split, _fill_pin, _lowering, plans
 from tests import ops_table, reference
 from tests.compat import enable_x64
 from tests.programs import bits, module_for, random_bits
@@ -32,8 +32,8 @@ COLUMN_DIRECT = "column_fill_by_the_direct_gather"
 ND_LINEAR, TWO_LOOPS = "batched_nd_by_linear_index", "nd_fill_in_two_loops"
 CLAMP, FILL_PIN = "rows_pinned_by_a_clamp", "fill_pinned_instead_of_rows"
 AND = "tuple_mask_by_and"
-# Index tuples below which GatherND's fill may run in two loops (16384).
-N2 = _cpu.ND_TWO_LOOPS_TUPLES
+# Index pairs from which jnp's index loop splits too, where GatherND's fill stays in one (32768).
+N2 = _cpu_split.SPLIT_ANYWAY_BYTES // 16
 # Index tuples enough for a GatherND after batch dims to read by one linear index (2048).
 T = _cpu.BATCHED_ND_LINEAR_TUPLES
 # 2**31 + 65536 elements: one past what an int32 offset addresses, without allocating them.
@@ -183,10 +183,10 @@ SELECTIONS = [
     # (How much a short lookup may read from a pad: test_a_short_lookup_reads_a_pad_up_to_...)
     ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S,), 1), {LEADING}),
     # GatherND of one element per index tuple, without batch dims, whose one loop of the fill
-    # XLA:CPU would split (by its cost analysis), below N2 tuples: its fill in two loops.
+    # XLA:CPU would split (by its cost analysis), below N2 pairs: its fill in two loops.
     ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (4096, 2)), SPLIT),
     ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2 - 1, 2)), SPLIT),
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2, 2)), set()),  # split pays
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2, 2)), set()),  # jnp's too
     ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (512, 2)), set()),  # not split
     ((64, 64, 1), np.float32, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # data's bytes: not split
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (4096, 2)), {LINEAR, *SPLIT}),
@@ -197,6 +197,9 @@ SELECTIONS = [
     ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), SPLIT_AND),
     ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (2048, 2)), SPLIT_AND),
     ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (65536, 2)), {AND}),  # jnp's split too
+    # Where the reduced flag's gather loop would split too, the fill in two loops.
+    ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (16384, 2)), SPLIT or {AND}),
+    ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (8192, 2)), SPLIT_AND),
     ((64, 64, 32), np.float32, plans.gather_nd_plan((64, 64, 32), (4096, 2)), {ROWS, AND}),  # bytes
     # A fill's in-bounds flag of a tuple of components that reads a slice: their and.
     ((4, 64, 64, 8), np.float32, plans.gather_nd_plan((4, 64, 64, 8), (4, 45, 2), 1), {AND}),
