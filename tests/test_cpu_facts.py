@@ -994,6 +994,46 @@ def test_no_program_counts_inline_flops_or_more_where_jnps_counts_fewer(cell, mo
         assert counted(grid.ours_call(cell, mode)) < _cpu_client.INLINE_FLOPS
 
 
+# Grid ops at sizes where the library's default mode (a fill under jit) ran one loop XLA:CPU
+# splits into a task per core while jnp's stayed whole (jax_gather._cpu_split): the split's
+# hand-over cost 20-50 µs, 1.1-9x jnp's time. Found by compiling every grid op, dtype and mode
+# over widths 1-128 and 256-65536 ids (JAX 0.10 and 0.12); marked where a cell is still open.
+_CONVERTS = _fill.xla_cpu_converts_select(np.dtype(jnp.bfloat16))  # bfloat16 selected in float32
+_SPLITS = _cpu_client.xla_splits_loops()
+_SPLIT_CELLS = [
+    grid.Cell("gather_nd pairs", "int8", 2, 2048),  # tuple_mask_by_and's one loop
+    grid.Cell("gather_nd pairs", "int8", 8, 8192),
+    grid.Cell("gather_nd pairs", "int8", 2, 16384),  # the reduced flag's gather loop
+    grid.Cell("gather_nd pairs", "float32", 1, 16384),  # the generic loop, one element a pair
+    grid.Cell("gather axis 1", "bfloat16", 8, 3000),  # each element pinned
+    grid.Cell("gather_elements axis -1", "bfloat16", 1, 4096),
+    grid.Cell("gather_elements axis -1", "bfloat16", 1, 16384),
+    *[
+        pytest.param(cell, marks=pytest.mark.xfail(open_, reason=why, strict=True))
+        for cell, open_, why in [
+            (grid.Cell("gather_nd pairs", "int4", 2, 4096), _SPLITS, "int4 converted in the loop: 1.2-2.2x"),
+            (
+                grid.Cell("gather axis 0", "bfloat16", 2, 1024),
+                _SPLITS and _CONVERTS,
+                "pinned rows of 2: 2.7x",
+            ),
+            (
+                grid.Cell("gather_nd pairs", "bfloat16", 2, 4096),
+                _SPLITS and _CONVERTS,
+                "pinned rows: 1.1-1.6x",
+            ),
+        ]
+    ],
+]
+
+
+@pytest.mark.parametrize("cell", _SPLIT_CELLS, ids=lambda c: c.name)
+def test_no_default_program_is_split_into_tasks_where_jnps_is_not(cell):
+    d, i = grid.make_inputs(cell)
+    if not _split_into_tasks(grid.jnp_call(cell, "checked"), d, i):
+        assert not _split_into_tasks(grid.ours_call(cell, "checked"), d, i)
+
+
 def test_the_linear_index_of_the_fewest_batched_tuples_counts_inline_flops():
     # What jax_gather._cpu's hand-over rule assumes of batched_nd_by_linear_index: its program
     # leaves the calling thread, where the eager checked call's (no index arithmetic) stays.
