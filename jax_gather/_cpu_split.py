@@ -3,12 +3,12 @@ table's rules keep a fill's loop whole where jnp's program of the same gather is
 
 Fact: XLA:CPU, on two cores or more (``xla_splits_loops``), splits a loop into a task per core
 where XLA's cost analysis counts more flops than bytes and flops + 10 bytes reach SPLIT_COST,
-and one of no more flops than bytes from SPLIT_ANYWAY_BYTES (read and written; jnp's loops too). Split,
-the calling thread waits on a worker thread: 20-50 µs on the AMD EPYC, where the loop took
-10-30. Measured (AMD EPYC, jnp's "fill" 21-23 µs): 4096 bfloat16 pairs 39-53 µs in one split
-loop, 21-28 in two; 8192 int8 pairs 38-46 and 22-28; from 16384 pairs the split loop was level
-or faster (bfloat16: 39 against 80 µs; int8: 39 against 45). tests/test_cpu_facts.py checks the
-counts below against XLA's.
+and one of no more flops than bytes from SPLIT_ANYWAY_BYTES read and written (jnp's loops too).
+Split, the calling thread waits on a worker thread: 20-50 µs on the AMD EPYC, where the loop
+took 10-30. Measured (AMD EPYC, jnp's "fill" 21-23 µs): 4096 bfloat16 pairs 39-53 µs in one
+split loop, 21-28 in two; 8192 int8 pairs 38-46 and 22-28; 16384 float32 pairs 1.26-1.46x jnp's
+time in one, 0.96-1.05 in two; 24000 level. tests/test_cpu_facts.py checks the counts below
+against XLA's.
 """
 
 from __future__ import annotations
@@ -64,11 +64,10 @@ def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components:
 
     XLA counts 7 flops per component less one, and per slice element one for a plain select or
     one against a pinned fill (``pins_the_fill``), else 7-8 (bits pinned or converted; 5 more a
-    tuple for the pin of each index): counted here as 8 and 5. Int8 pairs of rows of 2-16 from
-    2048 to 16384 (the loop split) took 1.4-2.4x jnp's time, the reduced flag 0.8-0.9."""
+    tuple for the pin of each index): counted here as 8 and 5. Int8 pairs of rows of 2-8 by
+    2048-8192 (the loop split) took 1.4-2.4x jnp's time, the reduced flag 0.78-0.99."""
     flops, nbytes = _slice_fill_counts(plan, shape, dtype, components)
-    anyway = jnp_splits_its_index_loop(components) or nbytes >= SPLIT_ANYWAY_BYTES
-    return not anyway and loop_splits(flops, nbytes)
+    return not _jnp_splits(components, nbytes) and loop_splits(flops, nbytes)
 
 
 def reduced_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
@@ -79,10 +78,15 @@ def reduced_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, compone
     1.09-1.20x jnp's time; in two loops (``nd_fill_in_two_loops``) 0.96-1.03."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     _, nbytes = _slice_fill_counts(plan, shape, dtype, components)
-    anyway = jnp_splits_its_index_loop(components) or nbytes >= SPLIT_ANYWAY_BYTES
     tuples = components // k
-    flops = tuples * (5 * k + width)
-    return _plain_select(dtype) and not anyway and loop_splits(flops, nbytes + tuples)
+    gather_loop = loop_splits(tuples * (5 * k + width), nbytes + tuples)
+    return _plain_select(dtype) and not _jnp_splits(components, nbytes) and gather_loop
+
+
+def _jnp_splits(components: int, nbytes: int) -> bool:
+    """Whether XLA:CPU splits a loop of jnp's fill of index tuples that read slices: its index
+    loop, or its select's of ``nbytes`` (indices, data and output)."""
+    return jnp_splits_its_index_loop(components) or nbytes >= SPLIT_ANYWAY_BYTES
 
 
 def _slice_fill_counts(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> tuple[int, int]:
