@@ -391,10 +391,16 @@ def test_an_eager_grid_times_the_calls_unjitted_and_remeasures_them_so(tmp_path,
     result = json.loads(path.read_text())
     assert result["eager"] is True and [r["eager"] for r in result["grid"]] == [True]
     seen = []
-    row = result["grid"][0]
+    row = _level(result["grid"][0])  # one cell and mode picked, whatever two rounds measured
     monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, eager, _: seen.append(eager) or row)
-    assert len(grid.remeasure(result["grid"], rounds=2, top=1)) == 1
+    assert len(grid.remeasure([row], rounds=2, top=1)) == 1
     assert seen == [True]
+
+
+def _level(row: dict) -> dict:
+    """A grid row at jnp's speed in every mode: not slower, nor above REMEASURED_ABOVE."""
+    level = dict.fromkeys(grid.MODES, 1.0) | {f"{m}_interval": [1.0, 1.0] for m in grid.MODES}
+    return {**row, **level}
 
 
 def test_a_backward_grid_times_the_gradients_of_float_cells_and_remeasures_them_so(tmp_path, monkeypatch):
@@ -410,9 +416,9 @@ def test_a_backward_grid_times_the_gradients_of_float_cells_and_remeasures_them_
     assert result["backward"] is True and [r["backward"] for r in result["grid"]] == [True]
     assert len(differentiated) == 2 * len(grid.MODES) + 1  # ours and jnp's in each mode, and the A/A
     seen = []
-    row = result["grid"][0]
+    row = _level(result["grid"][0])  # one cell and mode picked, whatever two rounds measured
     monkeypatch.setattr(grid, "run_cell", lambda c, rounds, settle, _, backward: seen.append(backward) or row)
-    assert len(grid.remeasure(result["grid"], rounds=2, top=1)) == 1
+    assert len(grid.remeasure([row], rounds=2, top=1)) == 1
     assert seen == [True]
     assert {c.dtype for c in grid.random_cells(60, seed=1, backward=True)} == set(grid.BACKWARD_DTYPES)
     assert {c.dtype for c in grid.cells(backward=True)} == {"float32", "bfloat16"}
