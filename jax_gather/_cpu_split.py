@@ -66,8 +66,11 @@ def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components:
     one against a pinned fill (``pins_the_fill``), else 7-8 (bits pinned or converted; 5 more a
     tuple for the pin of each index): counted here as 8 and 5. Int8 pairs of rows of 2-8 by
     2048-8192 (the loop split) took 1.4-2.4x jnp's time, the reduced flag 0.78-0.99."""
-    flops, nbytes = _slice_fill_counts(plan, shape, dtype, components)
-    return not _jnp_splits(components, nbytes) and loop_splits(flops, nbytes)
+    k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
+    one_flop = _plain_select(dtype) or pins_the_fill(dtype)
+    per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 4 + 8 * width
+    nbytes = _slice_fill_bytes(plan, shape, dtype, components)
+    return not _jnp_splits(components, nbytes) and loop_splits(components // k * per_tuple, nbytes)
 
 
 def reduced_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
@@ -77,8 +80,7 @@ def reduced_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, compone
     the flag, a byte a tuple, more than the and-ed one. Int8 pairs of rows of 2 by 12000-24000:
     1.09-1.20x jnp's time; in two loops (``nd_fill_in_two_loops``) 0.96-1.03."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
-    _, nbytes = _slice_fill_counts(plan, shape, dtype, components)
-    tuples = components // k
+    tuples, nbytes = components // k, _slice_fill_bytes(plan, shape, dtype, components)
     gather_loop = loop_splits(tuples * (5 * k + width), nbytes + tuples)
     return _plain_select(dtype) and not _jnp_splits(components, nbytes) and gather_loop
 
@@ -89,14 +91,12 @@ def _jnp_splits(components: int, nbytes: int) -> bool:
     return jnp_splits_its_index_loop(components) or nbytes >= SPLIT_ANYWAY_BYTES
 
 
-def _slice_fill_counts(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> tuple[int, int]:
-    """XLA's count of flops and bytes of the one loop of a fill of index tuples that read slices,
-    their flag the and of the components'."""
+def _slice_fill_bytes(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> int:
+    """XLA's count of the bytes of a fill's loop over index tuples that read slices: its int32
+    indices, its output and data."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
-    tuples, bits = components // k, element_bits(dtype)
-    one_flop = _plain_select(dtype) or pins_the_fill(dtype)
-    per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 4 + 8 * width
-    return tuples * per_tuple, tuples * 4 * k + (tuples * width + math.prod(shape)) * bits // 8
+    tuples = components // k
+    return tuples * 4 * k + (tuples * width + math.prod(shape)) * element_bits(dtype) // 8
 
 
 def _plain_select(dtype: np.dtype) -> bool:

@@ -275,13 +275,13 @@ def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array
     if xla_cpu_keeps_bits(np.dtype(data.dtype)):
         return None
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
-    pins = per_index(indices, plan)
     batched = bool(plan.dimension_numbers.operand_batching_dims)
     own = single and batched and tuple(plan.output_shape) == tuple(data.shape)  # an element each
-    if one_slice(data.shape, plan) and not own:  # all read one slice: one integer may pin them all
-        few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS
-        return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape) if few else pins
-    return pins if not single else None
+    if not one_slice(data.shape, plan) or own:
+        return None if single else per_index(indices, plan)
+    pins = per_index(indices, plan)
+    few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS  # one integer may pin them all
+    return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape) if few else pins
 
 
 def masked(
