@@ -307,7 +307,8 @@ def _nd_two_loops(site: Site) -> bool:
     """A GatherND fill of index tuples (of two components or more) without batch dims, of
     whole-byte data, whose one loop XLA:CPU would split where it keeps jnp's loops whole (below
     what jnp's index loop splits at: 32768 pairs): of one element a tuple, the generic loop; of
-    slices, the gather's loop after the reduced flag, where the and-ed one would split too. Not
+    slices (selected as they are, or pinned element by element), the gather's loop after the
+    reduced flag, where the and-ed one would split too and the two loops' would not. Not
     in a process on one core, where it splits no loop: there, the one loop took 0.74-0.80 of
     the two's time (8192 int8 pairs, AMD EPYC pinned to one core)."""
     plan, dn = site.plan, site.plan.dimension_numbers

@@ -63,26 +63,50 @@ def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components:
     data and output).
 
     XLA counts 7 flops per component less one, and per slice element one for a plain select or
-    one against a pinned fill (``pins_the_fill``), else 7-8 (bits pinned or converted; 5 more a
-    tuple for the pin of each index): counted here as 8 and 5. Int8 pairs of rows of 2-8 by
+    one against a pinned fill (``pins_the_fill``), else up to 8 (bits pinned or converted; 4 more
+    a tuple for the pin of each index): counted here as 8 and 4. Int8 pairs of rows of 2-8 by
     2048-8192 (the loop split) took 1.4-2.4x jnp's time, the reduced flag 0.78-0.99."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     one_flop = _plain_select(dtype) or pins_the_fill(dtype)
-    per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 4 + 8 * width
+    per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 3 + 8 * width
     nbytes = _slice_fill_bytes(plan, shape, dtype, components)
     return not _jnp_splits(components, nbytes) and loop_splits(components // k * per_tuple, nbytes)
 
 
 def reduced_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
-    """Whether XLA:CPU splits the gather's loop of a fill of index tuples that read slices of a
-    type it selects as it is, their flag reduced in a loop of its own, where it keeps jnp's
-    loops whole. That loop counts 5 flops a component (the index) and one an element, and reads
-    the flag, a byte a tuple, more than the and-ed one. Int8 pairs of rows of 2 by 12000-24000:
-    1.09-1.20x jnp's time; in two loops (``nd_fill_in_two_loops``) 0.96-1.03."""
+    """Whether XLA:CPU splits the gather's loop of a fill of index tuples that read slices, their
+    flag reduced in a loop of its own, where it keeps jnp's loops whole, and the gather's loop
+    after written slots (``nd_fill_in_two_loops``) it keeps whole. That loop counts 5 flops a
+    component (the index; 1 after written slots) and :func:`_select_flops`, and reads the flag,
+    a byte a tuple, more than the and-ed one. Int8 pairs of rows of 2 by 12000-24000: 1.09-1.20x
+    jnp's time, in two loops 0.96-1.03; bfloat16 pairs of rows of 2-8 by 3000-16384, pinned (JAX
+    0.10): 1.1-1.6x, in two loops 0.68-0.97."""
+    counts = _select_flops(dtype)
+    if counts is None:
+        return False
+    element, pin, datum = counts
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     tuples, nbytes = components // k, _slice_fill_bytes(plan, shape, dtype, components)
-    gather_loop = loop_splits(tuples * (5 * k + width), nbytes + tuples)
-    return _plain_select(dtype) and not _jnp_splits(components, nbytes) and gather_loop
+    per_tuple = element * width + pin
+    loop = lambda per_component: tuples * (per_component * k + per_tuple) + datum * math.prod(shape)
+    read = nbytes + tuples * (5 if pin else 1)  # the flag, and the first components the pin reads
+    whole_in_two = not loop_splits(loop(1), read) and read < SPLIT_ANYWAY_BYTES
+    # jnp's select of a type it converts: 4 flops an element (three converts), 1 a data element
+    jnp_select = bool(datum) and loop_splits(tuples * 4 * width + math.prod(shape), nbytes + tuples)
+    return loop_splits(loop(5), read) and whole_in_two and not (_jnp_splits(components, nbytes) or jnp_select)
+
+
+def _select_flops(dtype: np.dtype) -> tuple[int, int, int] | None:
+    """XLA's count for the select of a fill of slices of ``dtype``: flops an element, a tuple and
+    a data element. One an element for a plain select or one against a pinned fill; where the
+    bits are selected and pinned, their bitcasts (one an element, one a data element), the
+    exclusive or (one an element) and the opaque zero of each tuple's first index (four); None
+    where it converts (sub-byte types) or selects unpinned bits (not counted here)."""
+    if _plain_select(dtype) or pins_the_fill(dtype):
+        return 1, 0, 0
+    if element_bits(dtype) < 8 or not selected_as_bits(dtype) or xla_cpu_keeps_bits(dtype):
+        return None
+    return 3, 4, 1
 
 
 def _jnp_splits(components: int, nbytes: int) -> bool:

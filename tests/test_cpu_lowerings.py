@@ -16,7 +16,17 @@ from jax import export
 from jax.test_util import check_grads
 
 import jax_gather
-from jax_gather import _cpu, _cpu_columns, _cpu_fills, _cpu_linear, _cpu_split, _fill_pin, _lowering, plans
+from jax_gather import (
+    _cpu,
+    _cpu_columns,
+    _cpu_fills,
+    _cpu_linear,
+    _cpu_split,
+    _fill,
+    _fill_pin,
+    _lowering,
+    plans,
+)
 from tests import ops_table, reference
 from tests.compat import enable_x64
 from tests.programs import bits, module_for, random_bits
@@ -53,6 +63,9 @@ BY_LINEAR = {ND_LINEAR} if _cpu.xla_vectorises_linear_indices() else set()
 SPLIT = {TWO_LOOPS} if _cpu.xla_splits_loops() else set()
 # A tuple's mask is an and where XLA would not split its one loop (nor on one core).
 SPLIT_AND = set() if _cpu.xla_splits_loops() else {AND}
+# bfloat16 selected as bits, each element pinned (JAX 0.10: XLA:CPU selects it in float32): where
+# the and-ed loop and the reduced flag's would split, the fill in two loops.
+PINNED_SPLIT = SPLIT if _fill.xla_cpu_converts_select(np.dtype(ml_dtypes.bfloat16)) else SPLIT_AND
 # A lookup reads 6 MiB of cache lines from a pad only where XLA splits the select's loop.
 SPLIT_PAD = {LOOKUP_PAD} if _cpu.xla_splits_loops() else set()
 # The linear derivative of an odd count of rows only where XLA does not split its index's loop,
@@ -194,7 +207,8 @@ SELECTIONS = [
     ((64, 64, 1), jnp.int4, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # converted to bytes
     ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (512, 2)), {AND}),  # rows
     # Where the and-ed loop would split (_cpu_split.and_loop_splits) the mask is jnp's.
-    ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), SPLIT_AND),
+    ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), PINNED_SPLIT),
+    ((64, 64, 2), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 2), (2048, 2)), SPLIT_AND),
     ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (2048, 2)), SPLIT_AND),
     ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (65536, 2)), {AND}),  # jnp's split too
     # Where the reduced flag's gather loop would split too, the fill in two loops.
