@@ -35,7 +35,7 @@ from jax_gather._fill import (
     xla_cpu_converts_select,
     xla_cpu_keeps_bits,
 )
-from jax_gather._fill_pin import opaque_fill
+from jax_gather._fill_pin import one_pin, opaque_fill
 from jax_gather._traced_bounds import dropping_vectors, in_range_vectors, index_vectors
 from jax_gather.plans import GatherPlan
 
@@ -232,7 +232,7 @@ def select_fill(
     with _while(_BEFORE_A_PIN, pin is not None and xla_cpu_converts_select(np.dtype(data.dtype))):
         out = _gather(data, idx, plan, low)
     if low.pin is opaque_fill and pin is not None and pin.size:  # keeps its bits through its fill
-        fill, pin = opaque_fill(fill, pin), None
+        fill, pin = _spread(opaque_fill(fill, pin), plan), None
     return masked(ok, out, fill, plan, pin=pin, pin_with=low.pin)
 
 
@@ -281,7 +281,7 @@ def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array
         return None if single else per_index(indices, plan)
     pins = per_index(indices, plan)
     few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS  # one integer may pin them all
-    return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape) if few else pins
+    return one_pin(pins) if few else pins
 
 
 def masked(

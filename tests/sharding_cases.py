@@ -23,11 +23,13 @@ import traceback
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_gather
+from jax_gather._cpu_client import JAX_RELEASE
 from tests import ops_table, reference
 from tests.strategies import make_indices, make_wild_indices
 
@@ -138,6 +140,7 @@ def case_ids() -> dict[str, list[str]]:
             "explicit:vmap",
             "explicit:auto_axes",
         ],
+        "pinned": [f"pinned/{name}:{where}" for name in PINNED_CASES for where in ("jit", "shard_map")],
     }
 
 
@@ -215,12 +218,17 @@ def run_placement(p: Placement, mode: str) -> dict:
     }
 
 
-def _shard_map(f, mesh, in_specs, out_specs):
+def _shard_map(f, mesh, in_specs, out_specs, check_rep=True):
     if hasattr(jax, "shard_map"):
         return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
     from jax.experimental.shard_map import shard_map  # older JAX (0.4.35 among them)
 
-    return shard_map(f, mesh, in_specs, out_specs)
+    return shard_map(f, mesh, in_specs, out_specs, check_rep=check_rep)
+
+
+# shard_map of JAX 0.4.35 has no replication rule for cond, which lax.platform_dependent is (the
+# pinned select's); JAX 0.5 has one. There the body is traced without the check.
+OLD_SHARD_MAP_TAKES_COND = JAX_RELEASE >= (0, 5)
 
 
 def run_shard_map(c: Placement, mode: str) -> dict:
@@ -368,6 +376,56 @@ def run_auto_axes() -> dict:
     }
 
 
+# Selects of "fill" whose bits are pinned by run-time integers from the indices (bfloat16, which
+# XLA:CPU may move through float32): a table's rows (JAX 0.11 and later pin the fill, before
+# each element), a table of one row (XLA's broadcast: one pin for all under INLINE_FLOPS elements),
+# and pairs of GatherND. Each from ids sharded on x, a signalling NaN as the fill.
+PINNED_CASES = {
+    "rows": ("gather", (64, 2), (64,)),
+    "one row": ("gather", (1, 8), (64,)),
+    "pairs": ("gather_nd", (8, 8, 4), (64, 2)),
+}
+
+
+def run_pinned(name: str, where: str) -> dict:
+    """A pinned select from sharded ids, under ``jit`` over the mesh or inside ``shard_map``:
+    whether every bit is the NumPy reference's, the collectives of the compiled program, and
+    those of the same program with one pin for all indices lowered as on one device."""
+    from jax_gather import _fill, _fill_pin
+
+    op, data_shape, indices_shape = PINNED_CASES[name]
+    mesh = _mesh((8,))
+    bits = np.concatenate(_fill.changed_by_float32(np.dtype(jnp.bfloat16))[:2])  # sNaNs, subnormals
+    table = np.resize(bits, data_shape)
+    sizes = data_shape[: indices_shape[-1]] if op == "gather_nd" else data_shape[0]
+    idx = make_wild_indices(indices_shape, sizes, np.int32, 3)
+    fill = bits[:1].view(jnp.bfloat16)[0]
+    f = lambda d, i: ops_table.OPS[op].fn(d, i, 0, mode="fill", fill_value=fill)
+    if where == "shard_map":
+        f = _shard_map(f, mesh, (P(), P(X)), P(X), check_rep=OLD_SHARD_MAP_TAKES_COND)
+    d = jax.device_put(table.view(jnp.bfloat16), NamedSharding(mesh, P()))
+    i = jax.device_put(idx, NamedSharding(mesh, P(X)))
+    compiled = jax.jit(f).lower(d, i).compile()
+    out = np.asarray(compiled(d, i)).view(np.uint16)
+    first = compiled.as_text()  # inside shard_map's manual axes the first id is each block's own
+    if where == "jit":
+        as_on_one_device = _fill_pin._partitioned
+        _fill_pin._partitioned = lambda context: False
+        jax.clear_caches()  # lowered anew
+        try:
+            first = jax.jit(f).lower(d, i).compile().as_text()
+        finally:
+            _fill_pin._partitioned = as_on_one_device
+            jax.clear_caches()
+    ref = ops_table.OPS[op].reference
+    return {
+        "equal": _equal(out, ref(table, idx, 0, mode="fill", fill=bits[0])),
+        "forward": collectives(compiled.as_text()),
+        "one pin for all": collectives(first),
+        "pins the fill": _fill_pin.pins_the_fill(np.dtype(jnp.bfloat16)),
+    }
+
+
 def _record(case: str, run, *args) -> dict:
     try:
         return {"case": case, "error_text": None, **run(*args)}
@@ -422,6 +480,9 @@ def report() -> dict:
         records.append(_record("explicit:checked()", run_checked_explicit))
         records.append(_record("explicit:vmap", run_vmap_explicit))
         records.append(_record("explicit:auto_axes", run_auto_axes))
+    for name in PINNED_CASES:  # last: each clears JAX's caches
+        for where in ("jit", "shard_map"):
+            records.append(_record(f"pinned/{name}:{where}", run_pinned, name, where))
     return {
         "jax": jax.__version__,
         "devices": jax.device_count(),
