@@ -63,12 +63,13 @@ def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components:
     data and output).
 
     XLA counts 7 flops per component less one, and per slice element one for a plain select or
-    one against a pinned fill (``pins_the_fill``), else up to 8 (bits pinned or converted; 4 more
-    a tuple for the pin of each index): counted here as 8 and 4. Int8 pairs of rows of 2-8 by
-    2048-8192 (the loop split) took 1.4-2.4x jnp's time, the reduced flag 0.78-0.99."""
+    one against a pinned fill (``pins_the_fill``), else up to 8 (bits pinned or converted; the
+    pin's zero, of one index for all on one device, counted once): counted here as 8. Int8 pairs
+    of rows of 2-8 by 2048-8192 (the loop split) took 1.4-2.4x jnp's time, the reduced flag
+    0.78-0.99."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     one_flop = _plain_select(dtype) or pins_the_fill(dtype)
-    per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 3 + 8 * width
+    per_tuple = 7 * k - 1 + (1 if one_flop else 8) * width
     nbytes = _slice_fill_bytes(plan, shape, dtype, components)
     return not _jnp_splits(components, nbytes) and loop_splits(components // k * per_tuple, nbytes)
 
@@ -84,29 +85,28 @@ def reduced_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, compone
     counts = _select_flops(dtype)
     if counts is None:
         return False
-    element, pin, datum = counts
+    element, datum = counts
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     tuples, nbytes = components // k, _slice_fill_bytes(plan, shape, dtype, components)
-    per_tuple = element * width + pin
-    loop = lambda per_component: tuples * (per_component * k + per_tuple) + datum * math.prod(shape)
-    read = nbytes + tuples * (5 if pin else 1)  # the flag, and the first components the pin reads
+    loop = lambda per_component: tuples * (per_component * k + element * width) + datum * math.prod(shape)
+    read = nbytes + tuples  # and the flag
     whole_in_two = not loop_splits(loop(1), read) and read < SPLIT_ANYWAY_BYTES
     # jnp's select of a type it converts: 4 flops an element (three converts), 1 a data element
     jnp_select = bool(datum) and loop_splits(tuples * 4 * width + math.prod(shape), nbytes + tuples)
     return loop_splits(loop(5), read) and whole_in_two and not (_jnp_splits(components, nbytes) or jnp_select)
 
 
-def _select_flops(dtype: np.dtype) -> tuple[int, int, int] | None:
-    """XLA's count for the select of a fill of slices of ``dtype``: flops an element, a tuple and
-    a data element. One an element for a plain select or one against a pinned fill; where the
-    bits are selected and pinned, their bitcasts (one an element, one a data element), the
-    exclusive or (one an element) and the opaque zero of each tuple's first index (four); None
+def _select_flops(dtype: np.dtype) -> tuple[int, int] | None:
+    """XLA's count for the select of a fill of slices of ``dtype``: flops an element and a data
+    element. One an element for a plain select or one against a pinned fill; where the bits are
+    selected and pinned, their bitcasts (one an element, one a data element) and the exclusive
+    or (one an element), its opaque zero (of one index for all on one device) counted once; None
     where it converts (sub-byte types) or selects unpinned bits (not counted here)."""
     if _plain_select(dtype) or pins_the_fill(dtype):
-        return 1, 0, 0
+        return 1, 0
     if element_bits(dtype) < 8 or not selected_as_bits(dtype) or xla_cpu_keeps_bits(dtype):
         return None
-    return 3, 4, 1
+    return 3, 1
 
 
 def _jnp_splits(components: int, nbytes: int) -> bool:

@@ -261,24 +261,26 @@ def _dropped(data_dot: jax.Array, idx: jax.Array, ok: jax.Array, fill_dot: Any, 
 
 def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array | None:
     """One run-time integer per index (``per_index``) where the select of "fill" needs its bits
-    pinned (:func:`jax_gather._fill.xla_cpu_keeps_bits`): over slices of more than one element,
-    a loop XLA:CPU unrolls into single moves for short rows, or from one slice (a broadcast;
-    under INLINE_FLOPS output elements the first index, broadcast, whose zeros XLA counts once,
-    where each index's count 5 flops: GatherElements of 67-90 such bfloat16 elements 1.6-3.9x
-    jnp's time, on a worker thread, against 0.99-1.00; more, it measured 1.0-2.6x each index's
-    time). None where each index reads one element of its own: that select runs in vector code
-    (every bit kept, bfloat16 pairs and element gathers, rows of 1: tests/test_every_dtype.py),
-    also from an axis of one element after batch dims, read once per element of data
-    (GatherElements of (n, 1) along it: an elementwise select; pinned, its 15 flops an element
-    to jnp's 7 took the loop past one flop a byte, which XLA:CPU split into a task per core:
-    3-9x jnp's time on JAX 0.12 from 3000 elements)."""
+    pinned (:func:`jax_gather._fill.xla_cpu_keeps_bits`), one for all on one device
+    (:func:`jax_gather._fill_pin.one_pin`), whose zeros XLA counts once where each index's count
+    4-5 flops an index: over slices of more than one element, a loop XLA:CPU unrolls into single
+    moves for short rows (each index's took bfloat16 rows of 2 by 1025-1365 ids past one flop a
+    byte, split into a task per core: 2.4-3.1x jnp's time, against 0.59-0.96), or from one slice
+    (a broadcast; under INLINE_FLOPS output elements: GatherElements of 67-90 such bfloat16
+    elements 1.6-3.9x jnp's time with each index's, on a worker thread, against 0.99-1.00; more,
+    one measured 1.0-2.6x each index's time). None where each index reads one element of its
+    own: that select runs in vector code (every bit kept, bfloat16 pairs and element gathers,
+    rows of 1: tests/test_every_dtype.py), also from an axis of one element after batch dims,
+    read once per element of data (GatherElements of (n, 1) along it: an elementwise select;
+    pinned, its 15 flops an element to jnp's 7 took the loop past one flop a byte, which XLA:CPU
+    split into a task per core: 3-9x jnp's time on JAX 0.12 from 3000 elements)."""
     if xla_cpu_keeps_bits(np.dtype(data.dtype)):
         return None
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
     batched = bool(plan.dimension_numbers.operand_batching_dims)
     own = single and batched and tuple(plan.output_shape) == tuple(data.shape)  # an element each
     if not one_slice(data.shape, plan) or own:
-        return None if single else per_index(indices, plan)
+        return None if single else one_pin(per_index(indices, plan))
     pins = per_index(indices, plan)
     few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS  # one integer may pin them all
     return one_pin(pins) if few else pins

@@ -584,7 +584,8 @@ def test_a_column_fill_from_written_slots_keeps_its_bits_through_the_pin_the_tab
     flops = _cpu_flops(ours.lower(data, indices).compile())
     with _cpu.without(FILL_PIN):
         each = _cpu_flops(ours.lower(data, indices).compile())
-    assert (flops + 3 * rows * n <= each) == (ON and _fill_pin.pins_the_fill(np.dtype(BF16)))
+    saved = round((each - flops) / (rows * n))  # flops an element: 4 a pinned one, 1 a plain select
+    assert saved == (3 if ON and _fill_pin.pins_the_fill(np.dtype(BF16)) else 0)
 
 
 def _cpu_flops(compiled) -> int:
