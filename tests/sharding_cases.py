@@ -378,8 +378,8 @@ def run_auto_axes() -> dict:
 
 # Selects of "fill" whose bits are pinned by run-time integers from the indices (bfloat16, which
 # XLA:CPU may move through float32): a table's rows (JAX 0.11 and later pin the fill, before
-# each element), a table of one row (XLA's broadcast: one pin for all under INLINE_FLOPS elements),
-# and pairs of GatherND. Each from ids sharded on x, a signalling NaN as the fill.
+# each element), a table of one row (XLA's broadcast: each element pinned under INLINE_FLOPS
+# elements), and pairs of GatherND. Each from ids sharded on x, a signalling NaN as the fill.
 PINNED_CASES = {
     "rows": ("gather", (64, 2), (64,)),
     "one row": ("gather", (1, 8), (64,)),
@@ -422,7 +422,6 @@ def run_pinned(name: str, where: str) -> dict:
         "equal": _equal(out, ref(table, idx, 0, mode="fill", fill=bits[0])),
         "forward": collectives(compiled.as_text()),
         "one pin for all": collectives(first),
-        "pins the fill": _fill_pin.pins_the_fill(np.dtype(jnp.bfloat16)),
     }
 
 

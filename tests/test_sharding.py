@@ -131,11 +131,10 @@ def test_a_pinned_select_keeps_its_bits_and_its_pins_local(report, name, where):
     r = _record(report, f"pinned/{name}:{where}")
     assert r["equal"], f"{name} ({where}): a bit differs from NumPy's (signalling NaNs, subnormals, fill)"
     assert r["forward"] == [], f"{name} ({where}): the pinned select from sharded ids holds {r['forward']}"
-    # One pin for all indices (a table of one row; rows and pairs where the fill is pinned),
-    # lowered as on one device, sends the first id to every device: the lowering keeps each
+    # Every pinned select reads one pin for all indices on one device: lowered so from ids
+    # sharded by jit, the first id is sent to every device, and the lowering keeps each
     # device's own. Inside shard_map the first is each block's own either way.
-    one_for_all = where == "jit" and (name == "one row" or r["pins the fill"])
-    assert r["one pin for all"] == (["all-reduce"] if one_for_all else []), r
+    assert r["one pin for all"] == (["all-reduce"] if where == "jit" else []), r
 
 
 # JAX 0.7 types selects more strictly under explicit axes and refuses the checked mode's (its
