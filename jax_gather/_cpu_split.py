@@ -63,13 +63,16 @@ def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components:
     data and output).
 
     XLA counts 7 flops per component less one, and per slice element one for a plain select or
-    one against a pinned fill (``pins_the_fill``), else up to 8 (bits pinned or converted; the
-    pin's zero, of one index for all on one device, counted once): counted here as 8. Int8 pairs
-    of rows of 2-8 by 2048-8192 (the loop split) took 1.4-2.4x jnp's time, the reduced flag
-    0.78-0.99."""
+    one against a pinned fill (``pins_the_fill``), else 3-4 and one per data element (bits
+    selected, pinned or converted): counted here as 8 an element and 4 a tuple, an upper bound.
+    Without the 4 a tuple, float8_e5m2 pairs of rows of 3 by 512 on JAX 0.12 took the and-ed
+    loop, split (2.2-2.7x jnp's time), for two whole loops (0.9); with the data elements counted
+    too, float8 and int4 pairs of rows of 8-32 by 64-512, where jnp's select splits as well,
+    lost the and-ed flag. Int8 pairs of rows of 2-8 by 2048-8192 (the loop split) took 1.4-2.4x
+    jnp's time, the reduced flag 0.78-0.99."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     one_flop = _plain_select(dtype) or pins_the_fill(dtype)
-    per_tuple = 7 * k - 1 + (1 if one_flop else 8) * width
+    per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 3 + 8 * width
     nbytes = _slice_fill_bytes(plan, shape, dtype, components)
     return not _jnp_splits(components, nbytes) and loop_splits(components // k * per_tuple, nbytes)
 
