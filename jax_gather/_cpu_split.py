@@ -71,7 +71,7 @@ def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components:
     lost the and-ed flag. Int8 pairs of rows of 2-8 by 2048-8192 (the loop split) took 1.4-2.4x
     jnp's time, the reduced flag 0.78-0.99."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
-    one_flop = _plain_select(dtype) or pins_the_fill(dtype)
+    one_flop = _select_flops(dtype) == (1, 0)
     per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 3 + 8 * width
     nbytes = _slice_fill_bytes(plan, shape, dtype, components)
     return not _jnp_splits(components, nbytes) and loop_splits(components // k * per_tuple, nbytes)
@@ -90,12 +90,13 @@ def reduced_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, compone
         return False
     element, datum = counts
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
-    tuples, nbytes = components // k, _slice_fill_bytes(plan, shape, dtype, components)
-    loop = lambda per_component: tuples * (per_component * k + element * width) + datum * math.prod(shape)
+    tuples, data = components // k, math.prod(shape)
+    nbytes = _slice_fill_bytes(plan, shape, dtype, components)
+    loop = lambda per_component: tuples * (per_component * k + element * width) + datum * data
     read = nbytes + tuples  # and the flag
     whole_in_two = not loop_splits(loop(1), read) and read < SPLIT_ANYWAY_BYTES
     # jnp's select of a type it converts: 4 flops an element (three converts), 1 a data element
-    jnp_select = bool(datum) and loop_splits(tuples * 4 * width + math.prod(shape), nbytes + tuples)
+    jnp_select = bool(datum) and loop_splits(tuples * 4 * width + data, nbytes + tuples)
     return loop_splits(loop(5), read) and whole_in_two and not (_jnp_splits(components, nbytes) or jnp_select)
 
 
