@@ -38,9 +38,9 @@ def read_fill_from_pad(
     fill: jax.Array,
     indices: jax.Array,
     plan: GatherPlan,
-    pin: PinFn | None = None,
+    low: Lowering = GENERIC,
 ) -> jax.Array:
-    """The fill read from a pad of data (no select, so no pin: ``indices`` and ``pin`` unread)."""
+    """The fill read from a pad of data (no select, so no pin: ``indices`` and ``low`` unread)."""
     return direct(padded(data, fill, plan), slots, plan)
 
 
@@ -64,9 +64,9 @@ def column_fill_from_pad(
     fill: jax.Array,
     indices: jax.Array,
     plan: GatherPlan,
-    pin: PinFn | None = None,
+    low: Lowering = GENERIC,
 ) -> jax.Array:
-    """The column gather's fill read from a pad of data (no select: ``indices`` and ``pin``
+    """The column gather's fill read from a pad of data (no select: ``indices`` and ``low``
     unread)."""
     return columns_by_written_indices(padded(data, fill, plan), slots, plan)
 
@@ -85,18 +85,18 @@ def fill_after_written_slots(
     fill: jax.Array,
     indices: jax.Array,
     plan: GatherPlan,
-    pin: PinFn | None = None,
+    low: Lowering = GENERIC,
 ) -> jax.Array:
     """The generic gather and its select, from the slots: GatherND's fill in two loops, and a
-    column gather's where it selects its fill (no pad), its bits kept by the lowering's ``pin``
+    column gather's where it selects its fill (no pad), its bits kept by ``low``'s ``pin``
     where the CPU table chose one (:func:`select_pin`; the pinned fill counts one flop an
     element in XLA's count where a pin of each element counts four: those took bfloat16 columns
     of 8-16 rows by 3000-8192 ids past one flop a byte, a loop XLA split, 1.3-2.2x jnp's time
     on JAX 0.12)."""
     sizes = axis_sizes(plan, slots.dtype)
     ok = jnp.all(slots < sizes, axis=-1)
-    low = GENERIC if pin is None else Lowering(pin=pin)
-    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, low)
+    generic = Lowering(pin=low.pin, pins_from_data=low.pins_from_data)  # the generic gather
+    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, generic)
 
 
 # ---- the in-bounds flag of an index tuple ----------------------------------------------------------

@@ -56,7 +56,7 @@ def _xla_cpu_keeps_rows_against_an_opaque_fill(dtype: np.dtype) -> bool:
     ids = np.arange(129, dtype=np.int32) % 4 - 1  # -1: the fill
 
     def selected(i: jax.Array, f: jax.Array, *ts: jax.Array) -> list[jax.Array]:
-        f = opaque_fill(f.reshape(()), i)[:, None]
+        f = opaque_fill(f.reshape(()), one_pin(i))[:, None]
         return [jnp.where(i[:, None] >= 0, t[jnp.maximum(i, 0)], f) for t in ts]
 
     try:
@@ -69,12 +69,12 @@ def _xla_cpu_keeps_rows_against_an_opaque_fill(dtype: np.dtype) -> bool:
     return all((np.asarray(o).view(width) == e).all() for o, e in zip(out, expected))
 
 
-def opaque_fill(fill: jax.Array, indices: jax.Array) -> jax.Array:
-    """``fill`` as it is on the CPU, one per element of ``indices``, through an exclusive or of its
-    bits with :func:`opaque_zeros` of :func:`one_pin` of them: a value XLA and LLVM cannot see
+def opaque_fill(fill: jax.Array, pins: jax.Array) -> jax.Array:
+    """``fill`` as it is on the CPU, one per element of ``pins`` (:func:`one_pin`'s), through an
+    exclusive or of its bits with :func:`opaque_zeros` of them: a value XLA and LLVM cannot see
     through, so a select against it keeps its bits where :func:`pins_the_fill`. Elsewhere
     ``fill``, broadcast."""
-    zeros = opaque_zeros(one_pin(indices))
+    zeros = opaque_zeros(pins)
     return lax.platform_dependent(fill, zeros, cpu=_fill_through_zero, default=_fill_as_zeros)
 
 
@@ -87,17 +87,44 @@ def _fill_as_zeros(fill: jax.Array, zeros: jax.Array) -> jax.Array:
 one_pin_p = Primitive("jax_gather_one_pin")
 
 
-def one_pin(pins: jax.Array) -> jax.Array:
-    """One run-time integer for each of ``pins``: their first, broadcast, whose opaque zeros XLA
-    counts once, where one device holds all of them; ``pins`` as they are where XLA's SPMD
-    partitioner may split them across devices, as it lowers (the first would be sent to every
-    device: a scalar all-reduce each call, 2.0-2.6x the time of ``jnp``'s "fill" from sharded
-    ids on two CPU devices, bfloat16 rows of 2-16 by 1024-4096 ids, JAX 0.12)."""
-    return one_pin_p.bind(pins) if pins.size else pins
+def one_pin(pins: jax.Array, data: jax.Array | None = None) -> jax.Array:
+    """One run-time integer for each of ``pins`` (one per index), for :func:`opaque_zeros`: where
+    one device holds them all, one for all, whose zeros XLA counts once: their first, or given
+    ``data`` (where the indices are constants XLA computes as it compiles, and so the zeros of
+    any of them), ``data``'s first element. ``pins`` as they are where XLA's SPMD partitioner may
+    split the arrays across devices, as it lowers (an element read on one device would be sent
+    to every other: a scalar all-reduce each call, 2.0-2.6x the time of ``jnp``'s "fill" from
+    sharded ids on two CPU devices, bfloat16 rows of 2-16 by 1024-4096 ids, JAX 0.12)."""
+    if not pins.size:
+        return pins
+    bits = None if data is None or not data.size else _UNSIGNED.get(_width(data.dtype))
+    if data is None or bits is None:
+        return one_pin_p.bind(pins, pins, from_data=False)
+    # Data's bits, so that no tangent reaches the primitive (a bitcast has none).
+    return one_pin_p.bind(pins, lax.bitcast_convert_type(data, bits), from_data=True)
 
 
-def _first(pins: Any) -> Any:
-    return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape)
+_UNSIGNED = {4: jnp.uint4, 8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
+
+
+def _width(dtype: Any) -> int:
+    return int(jnp.iinfo(dtype).bits if jnp.issubdtype(dtype, jnp.integer) else jnp.finfo(dtype).bits)
+
+
+def _first(pins: Any, source: Any, from_data: bool) -> Any:
+    """The first of ``pins``, or ``from_data`` the first of ``source`` with its bits repeated to
+    the width of ``pins`` (its sign and lowest bit unknown to LLVM, as a run-time index's are:
+    zero- or sign-extended from a narrower type, LLVM proves :func:`opaque_zeros` of it zero
+    and folds the pin away), broadcast to the shape of ``pins``."""
+    if not from_data:
+        return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape)
+    first = source.reshape(-1)[:1].reshape(())
+    width, pin_width = _width(source.dtype), _width(pins.dtype)
+    if width < pin_width:
+        wide = _UNSIGNED[pin_width]
+        copies = sum(1 << k for k in range(0, pin_width, width))
+        first = lax.convert_element_type(first, wide) * np.asarray(copies, wide)
+    return jnp.broadcast_to(lax.convert_element_type(first, pins.dtype), pins.shape)
 
 
 def _partitioned(axis_context: Any) -> bool:
@@ -112,15 +139,23 @@ def _partitioned(axis_context: Any) -> bool:
     return mesh is not None and math.prod(n for a, n in mesh.shape.items() if a not in manual) > 1
 
 
-def _one_pin_lowering(ctx: Any, pins: Any) -> Any:
+def _one_pin_lowering(ctx: Any, pins: Any, source: Any, from_data: bool) -> Any:
     each = _partitioned(ctx.module_context.axis_context)
-    return mlir.lower_fun(lambda p: p if each else _first(p), multiple_results=False)(ctx, pins)
+    first = lambda p, s: p if each else _first(p, s, from_data)
+    return mlir.lower_fun(first, multiple_results=False)(ctx, pins, source)
 
 
 one_pin_p.def_impl(_first)
-one_pin_p.def_abstract_eval(lambda pins: pins)
+# Typed as the pins are: its result reaches only opaque_zeros, zero on every device.
+one_pin_p.def_abstract_eval(lambda pins, source, from_data: pins)
 mlir.register_lowering(one_pin_p, _one_pin_lowering)
-batching.primitive_batchers[one_pin_p] = lambda args, dims: (one_pin(args[0]), dims[0])
+
+
+def _batched(args: Any, dims: Any, **params: Any) -> Any:
+    return one_pin_p.bind(*args, **params), dims[0]
+
+
+batching.primitive_batchers[one_pin_p] = _batched
 
 
 def _let_shard_map_check(primitive: Any) -> None:

@@ -43,7 +43,7 @@ PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
 GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
 # (data, slots, fill, indices, plan, the lowering's pin) -> the gather of "fill"
-FillFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, GatherPlan, PinFn | None], jax.Array]
+FillFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, GatherPlan, "Lowering"], jax.Array]
 MaskFn = Callable[[jax.Array], jax.Array]
 
 # Set while the gather a pinned select follows is traced, where XLA:CPU would gather the type
@@ -118,15 +118,19 @@ class Lowering:
       forward: ``forward(data, idx, plan)``, the gather on in-bounds index vectors ``idx``.
       derivative: ``derivative(data, idx, plan)``, the same gather computed another way, whose
         transpose the backward pass runs.
-      fill: ``fill(data, slots, fill, indices, plan)``, the result of "fill" from index vectors
-        ``slots`` that send every out-of-bounds index one past the end of its axis (``indices``:
-        as given, one per index or tuple, what a select's pin reads).
+      fill: ``fill(data, slots, fill, indices, plan, low)``, the result of "fill" from index
+        vectors ``slots`` that send every out-of-bounds index one past the end of its axis
+        (``indices``: as given, one per index or tuple, what a select's pin reads; ``low``: this
+        lowering, whose pin a select reads).
       pin: ``pin(bits, zeros)``, how the select of "fill" keeps its bits where they are pinned
         (``jax_gather._fill.pinned_bits`` where None); or ``jax_gather._fill_pin.opaque_fill``: the
         select keeps them through its fill, the selected bits not pinned.
       mask: ``mask(ok)``, one in-bounds flag per index tuple from its components' (``ok``, the
         components last): :func:`tuple_flags`.
       names: the names (in ``jax_gather._cpu.LOWERINGS``) of the lowerings that gave these.
+      pins_from_data: whether the select's pin is made of data's first element rather than the
+        indices (:func:`fill_pin`): indices that are constants of the trace, whose zeros XLA
+        would compute as it compiles.
     """
 
     forward: GatherFn | None = None
@@ -135,6 +139,7 @@ class Lowering:
     pin: PinFn | None = None
     mask: MaskFn | None = None
     names: frozenset[str] = frozenset()
+    pins_from_data: bool = False
 
 
 GENERIC = Lowering()
@@ -228,7 +233,7 @@ def select_fill(
 ) -> jax.Array:
     """The gather of ``low`` on in-bounds index vectors ``idx``, then ``fill`` wherever ``ok``
     is False (``indices``: the raw indices, or one per index, for the pin)."""
-    pin = fill_pin(data, plan, indices)
+    pin = fill_pin(data, plan, indices, low.pins_from_data)
     with _while(_BEFORE_A_PIN, pin is not None and xla_cpu_converts_select(np.dtype(data.dtype))):
         out = _gather(data, idx, plan, low)
     if low.pin is opaque_fill and pin is not None and pin.size:  # keeps its bits through its fill
@@ -259,7 +264,9 @@ def _dropped(data_dot: jax.Array, idx: jax.Array, ok: jax.Array, fill_dot: Any, 
     return gathered + jnp.where(_spread(ok, plan), jnp.zeros_like(fill_dot), fill_dot)
 
 
-def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array | None:
+def fill_pin(
+    data: jax.Array, plan: GatherPlan, indices: jax.Array, from_data: bool = False
+) -> jax.Array | None:
     """One run-time integer per index (``per_index``) where the select of "fill" needs its bits
     pinned (:func:`jax_gather._fill.xla_cpu_keeps_bits`), one for all on one device
     (:func:`jax_gather._fill_pin.one_pin`), whose zeros XLA counts once where each index's count
@@ -273,16 +280,21 @@ def fill_pin(data: jax.Array, plan: GatherPlan, indices: jax.Array) -> jax.Array
     rows of 1: tests/test_every_dtype.py), also from an axis of one element after batch dims,
     read once per element of data (GatherElements of (n, 1) along it: an elementwise select;
     pinned, its 15 flops an element to jnp's 7 took the loop past one flop a byte, which XLA:CPU
-    split into a task per core: 3-9x jnp's time on JAX 0.12 from 3000 elements)."""
+    split into a task per core: 3-9x jnp's time on JAX 0.12 from 3000 elements). ``from_data``
+    (indices that are constants of the trace): one integer for all, made of data's first
+    element, wherever a pin is (from the indices XLA would compute the zeros as it compiles and
+    fold the pin away: signalling NaNs of bfloat16 rows of 2-64 came back quieted)."""
     if xla_cpu_keeps_bits(np.dtype(data.dtype)):
         return None
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
     batched = bool(plan.dimension_numbers.operand_batching_dims)
     own = single and batched and tuple(plan.output_shape) == tuple(data.shape)  # an element each
     if not one_slice(data.shape, plan) or own:
-        return None if single else one_pin(per_index(indices, plan))
+        return None if single else one_pin(per_index(indices, plan), data if from_data else None)
     pins = per_index(indices, plan)
     few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS  # one integer may pin them all
+    if from_data:
+        return one_pin(pins, data)
     return one_pin(pins) if few else pins
 
 
@@ -319,7 +331,7 @@ def _fill_on_cpu(
     :func:`_select_fill_dropping`): its transpose scatters into data itself, where the CPU
     fill's might scatter into a padded copy and then cut the slice out."""
     assert low.fill is not None
-    return low.fill(data, slots, fill, indices, plan, low.pin)
+    return low.fill(data, slots, fill, indices, plan, low)
 
 
 @_fill_on_cpu.defjvp

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -81,7 +82,7 @@ def _user_context() -> Any:
 ONNX_FORM = _user_context()
 
 
-@functools.partial(jax.jit, static_argnames=("plan", "mode", "fill_bytes"), inline=True)
+@functools.partial(jax.jit, static_argnames=("plan", "mode", "fill_bytes", "constant_indices"), inline=True)
 def op_program(
     data: jax.Array,
     indices: jax.Array,
@@ -90,13 +91,15 @@ def op_program(
     plan: GatherPlan,
     mode: Mode,
     fill_bytes: bytes | None = None,
+    constant_indices: bool = False,
 ) -> jax.Array:
     """The op as one jitted program: ``plan``'s gather of ``data`` at ``indices`` in ``mode``.
 
     Every argument is already validated: ``indices`` of an integer dtype and the plan's shape,
     ``mode`` a :class:`Mode` (``Mode.IN_RANGE`` for indices proven in [0, s-1], gathered with
     no arithmetic). The fill is ``fill`` (traced), or ``fill_bytes`` (a concrete fill's bytes,
-    static like jnp.take's), or None where the mode reads none. While jax2onnx converts
+    static like jnp.take's), or None where the mode reads none. ``constant_indices``: the indices
+    are constants of the trace around (a pinned fill then reads data). While jax2onnx converts
     (``ONNX_FORM``), the ONNX nodes the op stands for; otherwise the library's program
     (:func:`library_program`). ``inline``: inside a user's ``jit`` it adds no call of its own.
     The backend's program calls it for each gather node, with the mode its host test chose.
@@ -107,10 +110,18 @@ def op_program(
         from jax_gather import onnx_export
 
         return onnx_export.onnx_form(data, indices, fill, plan=plan, mode=mode)
-    return _library_form(data, indices, fill, plan=plan, mode=mode)
+    return _library_form(data, indices, fill, plan=plan, mode=mode, constant_indices=constant_indices)
 
 
-def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: GatherPlan, mode: Mode) -> Any:
+def _library_form(
+    data: jax.Array,
+    indices: jax.Array,
+    fill: Any,
+    *,
+    plan: GatherPlan,
+    mode: Mode,
+    constant_indices: bool = False,
+) -> Any:
     """The library's program for the op: the bounds mask and check the mode needs, then one
     gather (or the CPU lowering chosen for it)."""
     # Trace-time invariants between the plan and the operands (cheap: shapes only).
@@ -125,6 +136,8 @@ def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: Gathe
         indices = check_in_bounds(plan, indices, ok)
     if mode.fills:
         low = _cpu.lowering(plan, plan.data_block or data.shape, data.dtype)  # the data gathered
+        if constant_indices:
+            low = dataclasses.replace(low, pins_from_data=True)
         if plan.tuple_indices:
             ok = _lowering.tuple_flags(ok, low)  # a tuple is in bounds when every component is
 
@@ -147,7 +160,7 @@ def _library_form(data: jax.Array, indices: jax.Array, fill: Any, *, plan: Gathe
 
 
 # The library's program whatever the seam says (onnx_export evaluates its primitive with it).
-library_program = jax.jit(_library_form, static_argnames=("plan", "mode"), inline=True)
+library_program = jax.jit(_library_form, static_argnames=("plan", "mode", "constant_indices"), inline=True)
 
 
 def without_gather(data: Any, indices: Any, fill: Any, plan: GatherPlan, mode: Mode) -> jax.Array | None:
@@ -289,7 +302,10 @@ def _traced(op: _Validated) -> jax.Array:
     indices = op.indices
     if isinstance(indices, np.ndarray):
         indices = narrow_host_indices(indices)
-    return op_program(op.data, indices, fill, plan=op.plan, mode=mode, fill_bytes=fill_bytes)
+    constant = op.concrete is not None and mode.fills
+    return op_program(
+        op.data, indices, fill, plan=op.plan, mode=mode, fill_bytes=fill_bytes, constant_indices=constant
+    )
 
 
 @functools.lru_cache(maxsize=256)

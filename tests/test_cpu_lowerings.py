@@ -588,6 +588,52 @@ def test_a_column_fill_from_written_slots_keeps_its_bits_through_the_pin_the_tab
     assert saved == (3 if ON and _fill_pin.pins_the_fill(np.dtype(BF16)) else 0)
 
 
+# (op, data shape, index shape): rows; a table of one row (a broadcast) under and over 1000 output
+# elements; one column by written slots; columns selected against a pinned fill; GatherND pairs.
+CONSTANT_CASES = {
+    "rows of 2": ("gather", (40, 2), (160,)),
+    "rows of 17": ("gather", (40, 17), (160,)),
+    "rows of 64": ("gather", (40, 64), (160,)),
+    "one row of 3": ("gather", (1, 3), (160,)),
+    "one row of 8": ("gather", (1, 8), (160,)),
+    "one column": ("gather axis 1", (16, 1), (700,)),
+    "columns": ("gather axis 1", (8, 4096), (3000,)),
+    "pairs": ("gather_nd", (40, 3, 4), (160, 2)),
+}
+_CONSTANT_OPS = {
+    "gather": lambda d, i, mode: jax_gather.gather(d, i, 0, mode=mode),
+    "gather axis 1": lambda d, i, mode: jax_gather.gather(d, i, 1, mode=mode),
+    "gather_nd": lambda d, i, mode: jax_gather.gather_nd(d, i, mode=mode),
+}
+
+
+@pytest.mark.parametrize("constant", ["indices", "data"])
+@pytest.mark.parametrize("mode", ["fill", "checked"])
+@pytest.mark.parametrize("case", list(CONSTANT_CASES))
+def test_constants_of_the_trace_keep_the_bits_of_a_pinned_select(case, mode, constant, lowerings_on_any_cpu):
+    # Indices closed over by jit are constants XLA computes with as it compiles: zeros made of
+    # them are folded, and the select of "fill" quieted every signalling NaN of bfloat16 rows
+    # of 2-64 and of a table of one row (as jnp.take's does). The pin is then made of data's
+    # first element, and of the indices where data is the constant. Out-of-bounds constant ids
+    # under a plain jit fill in the checked mode too.
+    op, shape, index_shape = CONSTANT_CASES[case]
+    data = np.resize(CHANGED_BY_FLOAT32, shape).view(BF16)
+    axis = 1 if op == "gather axis 1" else 0
+    sizes = shape[: index_shape[-1]] if op == "gather_nd" else shape[axis]
+    indices = make_wild_indices(index_shape, sizes, np.int32, len(case))
+    call = _CONSTANT_OPS[op]
+    if constant == "indices":
+        out = jax.jit(lambda d: call(d, indices, mode))(data)
+    else:
+        out = jax.jit(lambda i: call(data, i, mode))(indices)
+    fill = np.asarray(np.nan, BF16)
+    if op == "gather_nd":
+        expected = reference.gather_nd(data, indices, mode="fill", fill=fill)
+    else:
+        expected = reference.gather(data, indices, axis, mode="fill", fill=fill)
+    _assert_same_bits(out, expected)
+
+
 def _cpu_flops(compiled) -> int:
     cost = compiled.cost_analysis()
     return int((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"])
