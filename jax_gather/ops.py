@@ -288,13 +288,13 @@ def _eager_call(op: _Validated, key: tuple | None) -> jax.Array:
 
 def _traced(op: _Validated) -> jax.Array:
     """The op in a trace: ``op_program`` on traced arguments, or on constants inside a trace.
-    Concrete indices in the checked mode are judged on the host where they are in bounds
-    (gathered as they are, or normalised); out of bounds they are judged where the op runs, as
-    traced indices are: the checked check in the program (a branch never taken raises nothing;
-    under jax_gather.checked one taken raises the eager error), the "fill" result without
-    checkify."""
+    Concrete indices in the checked and "fill" modes are judged on the host where they are in
+    bounds (gathered as they are, or normalised: nothing to fill, so no select); out of bounds
+    they are judged where the op runs, as traced indices are: the checked check in the program
+    (a branch never taken raises nothing; under jax_gather.checked one taken raises the eager
+    error), the "fill" result without checkify, its pin made of data (``constant_indices``)."""
     mode, fill, fill_bytes = op.mode, op.fill, op.fill_bytes
-    if mode is Mode.CHECKED and op.concrete is not None:
+    if mode in (Mode.CHECKED, Mode.FILL) and op.concrete is not None:
         verdict = judge(op.plan, np.asarray(op.concrete))
         if verdict is not Verdict.OUT_OF_BOUNDS:  # nothing to fill
             mode = Mode.IN_RANGE if verdict is Verdict.IN_RANGE else Mode.PROMISE_IN_BOUNDS

@@ -166,6 +166,21 @@ def test_checked_on_closure_constant_indices_is_judged_where_the_op_runs(name):
         op(DATA, idx, attr)
 
 
+@pytest.mark.core
+@pytest.mark.parametrize("name", OOB_CASES)
+def test_fill_on_constant_indices_in_bounds_is_the_promise_program(name):
+    # Constants of the trace in bounds are judged as they are traced: nothing to fill, so no
+    # select (nor its pin) where XLA would fold jnp's select of an all-true mask away.
+    op, ref, idx, attr = OOB_CASES[name]
+    sizes = np.asarray(DATA.shape[attr : attr + idx.shape[-1]] if name == "gather_nd" else DATA.shape[attr])
+    inside = np.where(idx < 0, idx % -sizes, idx % sizes)  # in [-s, s-1], negatives kept
+    fill = jax.make_jaxpr(lambda d: op(d, inside, attr, mode="fill"))(DATA)
+    promise = jax.make_jaxpr(lambda d: op(d, inside, attr, mode="promise_in_bounds"))(DATA)
+    assert str(fill) == str(promise)
+    out = jax.jit(lambda d: op(d, inside, attr, mode="fill", fill_value=-1.0))(DATA)
+    np.testing.assert_array_equal(np.asarray(out), ref(DATA, inside, attr, mode="fill", fill=-1.0))
+
+
 @pytest.mark.parametrize("constant_data", [False, True], ids=["traced data", "constant data"])
 @pytest.mark.parametrize("name", OOB_CASES)
 def test_constant_indices_in_a_branch_never_taken_are_not_judged(name, constant_data):
