@@ -42,7 +42,7 @@ from jax_gather.plans import GatherPlan
 PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
 GatherFn = Callable[[jax.Array, jax.Array, GatherPlan], jax.Array]
-# (data, slots, fill, indices, plan, the lowering's pin) -> the gather of "fill"
+# (data, slots, fill, indices, plan, the lowering, whose pin a select reads) -> the gather of "fill"
 FillFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, GatherPlan, "Lowering"], jax.Array]
 MaskFn = Callable[[jax.Array], jax.Array]
 

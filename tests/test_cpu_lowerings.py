@@ -612,10 +612,10 @@ _CONSTANT_OPS = {
 @pytest.mark.parametrize("case", list(CONSTANT_CASES))
 def test_constants_of_the_trace_keep_the_bits_of_a_pinned_select(case, mode, constant, lowerings_on_any_cpu):
     # Indices closed over by jit are constants XLA computes with as it compiles: zeros made of
-    # them are folded, and the select of "fill" quieted every signalling NaN of bfloat16 rows
-    # of 2-64 and of a table of one row (as jnp.take's does). The pin is then made of data's
-    # first element, and of the indices where data is the constant. Out-of-bounds constant ids
-    # under a plain jit fill in the checked mode too.
+    # them are folded, and the select of "fill" gave back signalling NaNs of bfloat16 rows of
+    # 2-64, pairs and a table of one row quieted (as jnp.take's does). The pin is then made of
+    # data's first element, and of the indices where data is the constant. Out-of-bounds
+    # constant ids under a plain jit fill in the checked mode too.
     op, shape, index_shape = CONSTANT_CASES[case]
     data = np.resize(CHANGED_BY_FLOAT32, shape).view(BF16)
     axis = 1 if op == "gather axis 1" else 0
