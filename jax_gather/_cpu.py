@@ -55,12 +55,11 @@ from jax_gather._cpu_linear import linear_index_dtype, xla_vectorises_linear_ind
 from jax_gather._cpu_rows import rows_in_units, takes_whole_rows, xla_vectorises_rows_in_units
 from jax_gather._cpu_split import (
     and_loop_splits,
-    element_bits,
     jnp_splits_its_index_loop,
     nd_fill_loop_splits,
     reduced_loop_splits,
 )
-from jax_gather._fill import clamped_bits, narrow_float
+from jax_gather._fill import clamped_bits, element_bits, narrow_float
 from jax_gather._fill_pin import opaque_fill
 from jax_gather._lowering import GENERIC, Lowering
 from jax_gather._x64 import x64_on

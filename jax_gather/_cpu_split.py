@@ -15,24 +15,14 @@ from __future__ import annotations
 
 import math
 
-import jax.numpy as jnp
 import numpy as np
 
-from jax_gather._fill import selected_as_bits, xla_cpu_keeps_bits
+from jax_gather._fill import element_bits, selected_as_bits, xla_cpu_keeps_bits
 from jax_gather._fill_pin import pins_the_fill
 from jax_gather.plans import GatherPlan
 
 SPLIT_COST = 200000
 SPLIT_ANYWAY_BYTES = 512 << 10
-
-
-def element_bits(dtype: np.dtype) -> int:
-    """Bits per element: a 4-bit type's itemsize is 1 (NumPy stores one per byte), its bits 4."""
-    if jnp.issubdtype(dtype, jnp.integer):
-        return int(jnp.iinfo(dtype).bits)
-    if jnp.issubdtype(dtype, jnp.floating):
-        return int(jnp.finfo(dtype).bits)
-    return 8 * dtype.itemsize  # bool, complex
 
 
 def loop_splits(flops: int, nbytes: int) -> bool:

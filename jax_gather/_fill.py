@@ -321,6 +321,15 @@ def gathered_as_bits(dtype: np.dtype) -> bool:
     return narrow_float(dtype) and bits_type(dtype) is not None and not _xla_cpu_gathers_exactly(dtype)
 
 
+def element_bits(dtype: np.dtype) -> int:
+    """Bits per element: a 4-bit type's itemsize is 1 (NumPy stores one per byte), its bits 4."""
+    if jnp.issubdtype(dtype, jnp.integer):
+        return int(jnp.iinfo(dtype).bits)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return int(jnp.finfo(dtype).bits)
+    return 8 * np.dtype(dtype).itemsize  # bool, complex
+
+
 def bits_type(dtype: np.dtype) -> Any:
     """The unsigned integer type of ``dtype``'s width, where there is one (none of 6 bits)."""
     return {4: jnp.uint4, 8: jnp.uint8, 16: jnp.uint16}.get(int(jnp.finfo(dtype).bits))

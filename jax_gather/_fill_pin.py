@@ -17,6 +17,7 @@ from jax.interpreters import batching, mlir
 from jax_gather._fill import (
     bits_type,
     changed_by_float32,
+    element_bits,
     opaque_zeros,
     run_on_cpu,
     xla_cpu_converts_select,
@@ -97,7 +98,7 @@ def one_pin(pins: jax.Array, data: jax.Array | None = None) -> jax.Array:
     sharded ids on two CPU devices, bfloat16 rows of 2-16 by 1024-4096 ids, JAX 0.12)."""
     if not pins.size:
         return pins
-    bits = None if data is None or not data.size else _UNSIGNED.get(_width(data.dtype))
+    bits = None if data is None or not data.size else _UNSIGNED.get(element_bits(data.dtype))
     if data is None or bits is None:
         return one_pin_p.bind(pins, pins, from_data=False)
     # Data's bits, so that no tangent reaches the primitive (a bitcast has none).
@@ -105,10 +106,6 @@ def one_pin(pins: jax.Array, data: jax.Array | None = None) -> jax.Array:
 
 
 _UNSIGNED = {4: jnp.uint4, 8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
-
-
-def _width(dtype: Any) -> int:
-    return int(jnp.iinfo(dtype).bits if jnp.issubdtype(dtype, jnp.integer) else jnp.finfo(dtype).bits)
 
 
 def _first(pins: Any, source: Any, from_data: bool) -> Any:
@@ -119,7 +116,7 @@ def _first(pins: Any, source: Any, from_data: bool) -> Any:
     if not from_data:
         return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape)
     first = source.reshape(-1)[:1].reshape(())
-    width, pin_width = _width(source.dtype), _width(pins.dtype)
+    width, pin_width = element_bits(source.dtype), element_bits(pins.dtype)
     if width < pin_width:
         wide = _UNSIGNED[pin_width]
         copies = sum(1 << k for k in range(0, pin_width, width))

@@ -289,13 +289,12 @@ def fill_pin(
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
     batched = bool(plan.dimension_numbers.operand_batching_dims)
     own = single and batched and tuple(plan.output_shape) == tuple(data.shape)  # an element each
+    source = data if from_data else None
     if not one_slice(data.shape, plan) or own:
-        return None if single else one_pin(per_index(indices, plan), data if from_data else None)
+        return None if single else one_pin(per_index(indices, plan), source)
     pins = per_index(indices, plan)
     few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS  # one integer may pin them all
-    if from_data:
-        return one_pin(pins, data)
-    return one_pin(pins) if few else pins
+    return one_pin(pins, source) if few or from_data else pins
 
 
 def masked(
