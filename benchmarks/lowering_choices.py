@@ -48,6 +48,11 @@ COLUMN_LOOKUP = bench.Case("gather axis 1, 32 ids of 4096 columns", "gather", 1,
 # And a GatherND of index pairs whose one fill loop XLA:CPU splits where it keeps jnp's whole
 # (2048 pairs at --scale 4).
 PAIRS = bench.Case("gather_nd, 8192 int8 pairs", "gather_nd", 0, (64, 64), (8192, 2), True, "int8")
+# And a GatherND of int4 pairs of rows of 3 whose generic gather loop XLA:CPU splits where it keeps
+# jnp's whole (the same at any scale: a smaller one would read rows of one element).
+INT4_PAIRS = bench.Case(
+    "gather_nd, 1024 int4 pairs of rows of 3", "gather_nd", 0, (64, 64, 3), (1024, 2), True, "int4"
+)
 # And bfloat16 rows of 48 (12 at --scale 4), whose fill's select XLA:CPU vectorises with the clamp pin.
 CLAMPED = bench.Case("gather axis 0, bfloat16 rows of 48", "gather", 0, (4096, 48), (4000,), True, "bfloat16")
 # And a gather of fewer columns than half the axis, whose derivative takes rows of the leading block.
@@ -57,7 +62,17 @@ FEW_PAIRS = bench.Case("gather_nd, 45 pairs of rows of 8", "gather_nd", 0, (256,
 # And a few bfloat16 rows (of 2 at --scale 4), whose fill's select keeps its bits through a
 # pinned fill where XLA:CPU selects bfloat16 as it is (JAX 0.11 and later).
 FEW_ROWS = bench.Case("gather axis 0, 48 bfloat16 rows of 8", "gather", 0, (4096, 8), (48,), True, "bfloat16")
-EXTRA = (SHORT_LOOKUP, BATCHED_PAIRS, COLUMN_LOOKUP, PAIRS, CLAMPED, FEW_COLUMNS, FEW_PAIRS, FEW_ROWS)
+EXTRA = (
+    SHORT_LOOKUP,
+    BATCHED_PAIRS,
+    COLUMN_LOOKUP,
+    PAIRS,
+    INT4_PAIRS,
+    CLAMPED,
+    FEW_COLUMNS,
+    FEW_PAIRS,
+    FEW_ROWS,
+)
 CASES = {c.name: c for c in (*bench.CASES, *EXTRA)}
 
 
@@ -234,6 +249,9 @@ def choices() -> list[Choice]:
             for case in ("gather axis 0, 64 ids", COLUMN_LOOKUP.name)
         ),
         Choice("nd_fill_in_two_loops", PAIRS.name, "default mode", ("nd_fill_in_two_loops",)),
+        Choice(
+            "nd_fill_from_written_indices", INT4_PAIRS.name, "default mode", ("nd_fill_from_written_indices",)
+        ),
         Choice("rows_pinned_by_a_clamp", CLAMPED.name, "default mode", ("rows_pinned_by_a_clamp",)),
         Choice(
             "fill_pinned_instead_of_rows", FEW_ROWS.name, "default mode", ("fill_pinned_instead_of_rows",)

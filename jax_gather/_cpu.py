@@ -44,6 +44,7 @@ from jax_gather._cpu_columns import columns_by_written_indices, reads_columns, x
 from jax_gather._cpu_fills import (
     all_components,
     column_fill_from_pad,
+    fill_after_written_indices,
     fill_after_written_slots,
     pinned_rows,
     read_fill_from_pad,
@@ -55,9 +56,9 @@ from jax_gather._cpu_linear import linear_index_dtype, xla_vectorises_linear_ind
 from jax_gather._cpu_rows import rows_in_units, takes_whole_rows, xla_vectorises_rows_in_units
 from jax_gather._cpu_split import (
     and_loop_splits,
+    indexed_loop_splits,
     jnp_splits_its_index_loop,
     nd_fill_loop_splits,
-    reduced_loop_splits,
 )
 from jax_gather._fill import clamped_bits, element_bits, narrow_float
 from jax_gather._fill_pin import opaque_fill
@@ -303,21 +304,32 @@ def _reads_little(site: Site) -> bool:
 
 
 def _nd_two_loops(site: Site) -> bool:
-    """A GatherND fill of index tuples (of two components or more) without batch dims, of
-    whole-byte data, whose one loop XLA:CPU would split where it keeps jnp's loops whole (below
-    what jnp's index loop splits at: 32768 pairs): of one element a tuple, the generic loop; of
-    slices (selected as they are, or pinned element by element), the gather's loop after the
-    reduced flag, where the and-ed one would split too and the two loops' would not. Not
-    in a process on one core, where it splits no loop: there, the one loop took 0.74-0.80 of
-    the two's time (8192 int8 pairs, AMD EPYC pinned to one core)."""
+    """A GatherND fill of index tuples (of two components or more) of one element each, without
+    batch dims, of whole-byte data, whose one loop XLA:CPU would split where it keeps jnp's loops
+    whole (below what jnp's index loop splits at: 32768 pairs). Not in a process on one core,
+    where it splits no loop: there, the one loop took 0.74-0.80 of the two's time (8192 int8
+    pairs, AMD EPYC pinned to one core)."""
     plan, dn = site.plan, site.plan.dimension_numbers
     tuples = plan.tuple_indices and len(dn.start_index_map) > 1 and not dn.operand_batching_dims
-    if not (tuples and element_bits(site.dtype) >= 8 and xla_splits_loops()):
+    elements = math.prod(plan.slice_sizes) == 1
+    if not (tuples and elements and element_bits(site.dtype) >= 8 and xla_splits_loops()):
         return False  # sub-byte types are converted on the way: not counted here
     counted = (plan, site.shape, site.dtype, site.components)
-    if math.prod(plan.slice_sizes) > 1:  # where tuple_mask_by_and's one loop would split too
-        return site.index_flops is None and reduced_loop_splits(*counted) and and_loop_splits(*counted)
     return nd_fill_loop_splits(*counted) and not jnp_splits_its_index_loop(site.components)
+
+
+def _nd_written_indices(site: Site) -> bool:
+    """A GatherND fill of index tuples (of two components or more) that read slices, without
+    batch dims, where XLA:CPU would split the and-ed one loop (``tuple_mask_by_and``) and the
+    generic gather's loop and keep jnp's loops whole (_cpu_split.indexed_loop_splits): read from
+    written indices, the gather's loop counts what jnp's counts. Not in a process on one core."""
+    plan, dn = site.plan, site.plan.dimension_numbers
+    tuples = plan.tuple_indices and len(dn.start_index_map) > 1 and not dn.operand_batching_dims
+    slices = site.index_flops is None and math.prod(plan.slice_sizes) > 1
+    if not (tuples and slices and xla_splits_loops()):
+        return False
+    counted = (plan, site.shape, site.dtype, site.components)
+    return and_loop_splits(*counted) and indexed_loop_splits(*counted)
 
 
 def _tuple_slices(site: Site) -> bool:
@@ -387,6 +399,7 @@ ROWS = (
         lambda s: not _pads(s) and _columns_forward(s),
         lambda s: fill_after_written_slots,
     ),
+    Row("nd_fill_from_written_indices", "fill", _nd_written_indices, lambda s: fill_after_written_indices),
     Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: fill_after_written_slots),
     Row("rows_pinned_by_a_clamp", "pin", lambda s: _row_pin(s) is clamped_bits, lambda s: clamped_bits),
     Row("fill_pinned_instead_of_rows", "pin", lambda s: _row_pin(s) is opaque_fill, lambda s: opaque_fill),

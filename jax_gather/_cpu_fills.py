@@ -18,7 +18,7 @@ from jax_gather._cpu_columns import columns_by_written_indices
 from jax_gather._fill import PinFn, clamped_bits, pinned_bits, xla_cpu_keeps_bits
 from jax_gather._fill_pin import opaque_fill, pins_the_fill
 from jax_gather._lowering import GENERIC, Lowering, direct, gather_or_fill, one_slice, select_fill
-from jax_gather._traced_bounds import axis_sizes, in_bounds_mask
+from jax_gather._traced_bounds import axis_sizes, in_bounds_mask, written_indices
 from jax_gather.plans import GatherPlan, gather_plan
 
 # ---- "fill" read from a pad of data ------------------------------------------------------------------
@@ -71,9 +71,13 @@ def column_fill_from_pad(
     return columns_by_written_indices(padded(data, fill, plan), slots, plan)
 
 
-# ---- GatherND's fill in two loops -----------------------------------------------------------------
+# ---- GatherND's fill from index vectors written out ---------------------------------------------
 # The slots (stacked one component at a time: jax_gather._traced_bounds.working_indices) are read
-# twice, for the mask and for the index, so XLA writes them out in a loop of their own.
+# twice, for the mask and for the index, so XLA writes them out in a loop of their own: the fill
+# of elements in two loops, the gather's clamping each slot (a flop a component). Of slices, the
+# index vectors themselves are written out, in range (written_indices), and the flag reduced in
+# a loop of its own from them and the indices as given: the gather's loop then counts what
+# jnp's counts (jnp too writes its normalised indices out and reads them in two loops).
 # The select's pin reads the indices as given: the slots of an axis of one element are 0 or 1, a
 # range XLA and LLVM know, so opaque zeros made of them are not opaque (bfloat16 read from one
 # slice lost signalling NaNs and subnormals: 700 ids into 16 rows of one column).
@@ -97,6 +101,22 @@ def fill_after_written_slots(
     ok = jnp.all(slots < sizes, axis=-1)
     generic = Lowering(pin=low.pin, pins_from_data=low.pins_from_data)  # the generic gather
     return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, generic)
+
+
+def fill_after_written_indices(
+    data: jax.Array,
+    slots: jax.Array,
+    fill: jax.Array,
+    indices: jax.Array,
+    plan: GatherPlan,
+    low: Lowering = GENERIC,
+) -> jax.Array:
+    """The generic gather and its select, from index vectors written out in a loop of their own
+    (:func:`jax_gather._traced_bounds.written_indices`; ``slots`` unread): GatherND's fill of
+    slices in three loops, as ``jnp``'s, whose gather's loop counts no index arithmetic."""
+    idx, ok = written_indices(plan, indices)
+    generic = Lowering(pin=low.pin, pins_from_data=low.pins_from_data)  # the generic gather
+    return select_fill(data, idx, ok, fill, indices, plan, generic)
 
 
 # ---- the in-bounds flag of an index tuple ----------------------------------------------------------

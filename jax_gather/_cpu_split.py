@@ -67,39 +67,38 @@ def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components:
     return not _jnp_splits(components, nbytes) and loop_splits(components // k * per_tuple, nbytes)
 
 
-def reduced_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
+def indexed_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
     """Whether XLA:CPU splits the gather's loop of a fill of index tuples that read slices, their
-    flag reduced in a loop of its own, where it keeps jnp's loops whole, and the gather's loop
-    after written slots (``nd_fill_in_two_loops``) it keeps whole. That loop counts 5 flops a
-    component (the index; 1 after written slots) and :func:`_select_flops`, and reads the flag,
-    a byte a tuple, more than the and-ed one. Int8 pairs of rows of 2 by 12000-24000: 1.09-1.20x
-    jnp's time, in two loops 0.96-1.03; bfloat16 pairs of rows of 2-8 by 3000-16384, pinned (JAX
-    0.10): 1.1-1.6x, in two loops 0.68-0.97."""
-    counts = _select_flops(dtype)
-    if counts is None:
-        return False
-    element, datum = counts
+    flag reduced in a loop of its own (the generic program), where it keeps jnp's loops whole and
+    the same loop reading written indices (``_cpu_fills.fill_after_written_indices``: no index
+    arithmetic, jnp's count) whole. The generic loop counts 5 flops a component and
+    :func:`_select_flops`, and reads the flag, a byte a tuple. Measured (AMD EPYC), the generic
+    loop split against the written indices: int4 pairs of rows of 2 by 2048-6000 and of 3 by 1024
+    1.2-2.0x jnp's time against 0.96-1.06, float8 pairs of rows of 2-3 by 512-4096 1.3-2.9x
+    against 0.63-0.99 (JAX 0.10 and 0.12); int8 and bfloat16 pairs of rows of 2-24 by 3000-24000
+    level with the slots of ``nd_fill_in_two_loops`` that they replace (0.60-1.06 and 0.65-1.08)."""
+    element, datum = _select_flops(dtype)
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     tuples, data = components // k, math.prod(shape)
     nbytes = _slice_fill_bytes(plan, shape, dtype, components)
     loop = lambda per_component: tuples * (per_component * k + element * width) + datum * data
     read = nbytes + tuples  # and the flag
-    whole_in_two = not loop_splits(loop(1), read) and read < SPLIT_ANYWAY_BYTES
-    # jnp's select of a type it converts: 4 flops an element (three converts), 1 a data element
-    jnp_select = bool(datum) and loop_splits(tuples * 4 * width + data, nbytes + tuples)
-    return loop_splits(loop(5), read) and whole_in_two and not (_jnp_splits(components, nbytes) or jnp_select)
+    jnps = _jnp_splits(components, nbytes)
+    return loop_splits(loop(5), read) and not loop_splits(loop(0), read) and not jnps
 
 
-def _select_flops(dtype: np.dtype) -> tuple[int, int] | None:
+def _select_flops(dtype: np.dtype) -> tuple[int, int]:
     """XLA's count for the select of a fill of slices of ``dtype``: flops an element and a data
     element. One an element for a plain select or one against a pinned fill; where the bits are
     selected and pinned, their bitcasts (one an element, one a data element) and the exclusive
-    or (one an element), its opaque zero (of one index for all on one device) counted once; None
-    where it converts (sub-byte types) or selects unpinned bits (not counted here)."""
+    or (one an element), its opaque zero (of one index for all on one device) counted once;
+    where the type is converted on the way (sub-byte types, the float8 types through float16) or
+    its bits selected unpinned, at most 4 an element and 1 a data element (the converts or
+    bitcasts around the gather and the select: JAX 0.10 to 0.12)."""
     if _plain_select(dtype) or pins_the_fill(dtype):
         return 1, 0
     if element_bits(dtype) < 8 or not selected_as_bits(dtype) or xla_cpu_keeps_bits(dtype):
-        return None
+        return 4, 1
     return 3, 1
 
 

@@ -271,6 +271,22 @@ def index_vectors(
     return idx if plan.tuple_indices else idx[..., None]
 
 
+def written_indices(plan: GatherPlan, indices: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Index vectors of a GatherND's index tuples, each component in [0, s-1] as
+    :func:`working_indices` makes them, and each tuple's in-bounds flag, judged from them: a
+    component is in bounds where its normalised value ``min(u, u + s)`` is its index vector's
+    (a value past s - 1 was clamped). Stacked one component at a time and read by two loops,
+    the index vectors are written out by a loop of their own, as ``jnp``'s normalised indices
+    are, and the gather's loop reads them with no arithmetic (static sizes only)."""
+    target = _index_dtype(plan)
+    u, sizes = _as_unsigned(_saturate(indices, target), axis_sizes(plan, target))
+    normalised = jnp.minimum(u, u + sizes)
+    signed = lambda x: lax.bitcast_convert_type(x, target)
+    clamped = lambda c: signed(jnp.minimum(normalised[..., c], sizes[c] - 1))
+    idx = jnp.stack([clamped(c) for c in range(sizes.shape[0])], axis=-1)
+    return idx, jnp.all(signed(normalised) == idx, axis=-1)
+
+
 def dropping_vectors(plan: GatherPlan, indices: jax.Array) -> jax.Array:
     """Index vectors for a FILL_OR_DROP gather: each negative index moved up by s, every other as
     it is, in the signed working dtype (an index out of bounds stays out; no unsigned view, whose

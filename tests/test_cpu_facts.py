@@ -302,45 +302,61 @@ def test_the_and_loop_count_bounds_xlas_split_of_a_select_of_bits_or_converted(m
         jax.clear_caches()
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.float32, jnp.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "dtype",
+    [np.int8, np.float32, jnp.bfloat16, jnp.int4, ml_dtypes.float8_e5m2],
+    ids=lambda t: np.dtype(t).name,
+)
 def test_xla_splits_a_tuple_mask_loop_where_the_library_counts_it_so(monkeypatch, dtype):
     # Where tuple_mask_by_and stops (_cpu_split.and_loop_splits): its one loop counts more flops
     # than bytes where the reduced mask's loops (jnp's) count fewer, and XLA:CPU splits it into a
     # task per core (int8 pairs of rows of 2 by 2048: 1.5-2.4x jnp's time, the reduced 0.9); and
-    # where the reduced mask's gather loop splits too (reduced_loop_splits), the fill runs in two
-    # loops (int8 rows of 2 by 12000-24000: 1.09-1.20x, two loops 0.96-1.03; bfloat16 pinned on
-    # JAX 0.10, rows of 2-8 by 3000-16384: 1.1-1.6x, two loops 0.68-0.97). The reduced loop's
-    # count is exact; the and's for a plain select (where it says so, jnp's loops stay whole), for
-    # a pinned or converted one it may say so where XLA does not split it or splits jnp's too.
-    # Every split they would add to jnp's they say; on one core none.
+    # where the reduced mask's gather loop splits too (indexed_loop_splits), the fill reads index
+    # vectors written out, whose gather's loop counts jnp's (int4 pairs of rows of 3 by 1024:
+    # 1.3-2.5x in the split loop, 0.97-1.02 from written indices; float8 pairs of rows of 2-3 by
+    # 512-4096: 1.3-2.9x and 0.63-0.99). The reduced loop's count is exact for a plain select; for
+    # a pinned or converted one, and the and's, it may say so where XLA does not split it or
+    # splits jnp's too. Every split they would add to jnp's they say, the loops read from written
+    # indices split where jnp's do and nowhere else; on one core none.
+    dtype = np.dtype(dtype)
     jnp_fill = lambda d, i: d.at[i[:, 0], i[:, 1]].get(mode="fill", fill_value=0)
     lib_fill = lambda d, i: jax_gather.gather_nd(d, i, mode="fill")
-    plain = dtype != jnp.bfloat16
-    cells = [(w, n) for w in (2, 4, 8) for n in (512, 2048, 8192, 16384, 32768)]
+    plain = _cpu_split._select_flops(dtype) == (1, 0)
+    cells = [(w, n) for w in (2, 3, 8) for n in (512, 1024, 2048, 8192, 16384, 32768)]
     inputs = {c: (np.zeros((64, 64, c[0]), dtype), np.zeros((c[1], 2), np.int32)) for c in cells}
     plans_ = {c: plans.gather_nd_plan(*(x.shape for x in inputs[c])) for c in cells}
     chosen = {c: _cpu.lowering(plans_[c], (64, 64, c[0]), dtype).names for c in cells}
     counted = lambda fact, c: (
-        _cpu_client.xla_splits_loops() and fact(plans_[c], inputs[c][0].shape, np.dtype(dtype), 2 * c[1])
+        _cpu_client.xla_splits_loops() and fact(plans_[c], inputs[c][0].shape, dtype, 2 * c[1])
     )
-    with _cpu.without("tuple_mask_by_and", "nd_fill_in_two_loops"):
+    jnps = {c: _split_into_tasks(jnp_fill, *inputs[c]) for c in cells}
+    with _cpu.without("tuple_mask_by_and", "nd_fill_from_written_indices"):
         reduced = {c: _split_into_tasks(lib_fill, *inputs[c]) for c in cells}
-    monkeypatch.setattr(_cpu, "and_loop_splits", lambda *args: False)  # the and taken wherever it applies
-    _cpu._choose.cache_clear()
-    jax.clear_caches()
     try:
+        for fact in ("and_loop_splits", "indexed_loop_splits"):  # written indices wherever they apply
+            monkeypatch.setattr(_cpu, fact, lambda *args: True)
+        _cpu._choose.cache_clear()
+        jax.clear_caches()
+        for c in cells:
+            written = _cpu.lowering(plans_[c], inputs[c][0].shape, dtype).names
+            assert "nd_fill_from_written_indices" in written or not _cpu_client.xla_splits_loops()
+            assert not _split_into_tasks(lib_fill, *inputs[c]) or jnps[c], c
+        monkeypatch.setattr(_cpu, "and_loop_splits", lambda *args: False)  # the and taken wherever it applies
+        _cpu._choose.cache_clear()
+        jax.clear_caches()
         for c in cells:
             said, said_reduced = (
                 counted(_cpu_split.and_loop_splits, c),
-                counted(_cpu_split.reduced_loop_splits, c),
+                counted(_cpu_split.indexed_loop_splits, c),
             )
             assert "tuple_mask_by_and" in _cpu.lowering(plans_[c], inputs[c][0].shape, dtype).names
-            anded, jnps = _split_into_tasks(lib_fill, *inputs[c]), _split_into_tasks(jnp_fill, *inputs[c])
-            assert said or not anded or jnps, c
-            assert said == (anded and not jnps) or not plain, c
-            assert said_reduced == (reduced[c] and not jnps), c
+            anded = _split_into_tasks(lib_fill, *inputs[c])
+            assert said or not anded or jnps[c], c
+            assert said == (anded and not jnps[c]) or not plain, c
+            assert said_reduced or not reduced[c] or jnps[c], c
+            assert said_reduced == (reduced[c] and not jnps[c]) or not plain, c
             assert ("tuple_mask_by_and" in chosen[c]) == (not said), c
-            assert ("nd_fill_in_two_loops" in chosen[c]) == (said and said_reduced), c
+            assert ("nd_fill_from_written_indices" in chosen[c]) == (said and said_reduced), c
     finally:
         _cpu._choose.cache_clear()
         jax.clear_caches()
@@ -1024,7 +1040,6 @@ def test_no_program_counts_inline_flops_or_more_where_jnps_counts_fewer(cell, mo
 # splits into a task per core while jnp's stayed whole (jax_gather._cpu_split): the split's
 # hand-over cost 20-50 µs, 1.1-9x jnp's time. Found by compiling every grid op, dtype and mode
 # over widths 1-128 and 256-65536 ids (JAX 0.10 and 0.12); marked where a cell is still open.
-_SPLITS = _cpu_client.xla_splits_loops()
 _SPLIT_CELLS = [
     grid.Cell("gather_nd pairs", "int8", 2, 2048),  # tuple_mask_by_and's one loop
     grid.Cell("gather_nd pairs", "int8", 8, 8192),
@@ -1039,10 +1054,10 @@ _SPLIT_CELLS = [
     grid.Cell("gather_nd pairs", "bfloat16", 4, 16384),
     grid.Cell("gather axis 1", "bfloat16", 2, 1200),  # each element pinned: one zero for all
     grid.Cell("gather batch_dims=1", "bfloat16", 3, 700),
-    pytest.param(
-        grid.Cell("gather_nd pairs", "int4", 2, 4096),
-        marks=pytest.mark.xfail(_SPLITS, reason="int4 converted in the loop: 1.2-2.2x", strict=True),
-    ),
+    grid.Cell("gather_nd pairs", "int4", 2, 4096),  # converted: nd_fill_from_written_indices
+    grid.Cell("gather_nd pairs", "int4", 3, 1024),
+    grid.Cell("gather_nd pairs", "float8_e4m3fn", 3, 512),
+    grid.Cell("gather_nd pairs", "float8_e4m3fn", 2, 2048),
 ]
 
 

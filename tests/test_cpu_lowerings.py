@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from jax import export
+from jax.experimental import checkify
 from jax.test_util import check_grads
 
 import jax_gather
@@ -40,6 +41,7 @@ ND_PAD, LOOKUP_PAD = "batched_nd_fill_from_pad", "short_lookup_fill_from_pad"
 COLUMNS, COLUMN_PAD = "columns_by_written_indices", "column_fill_from_pad"
 COLUMN_DIRECT = "column_fill_by_the_direct_gather"
 ND_LINEAR, TWO_LOOPS = "batched_nd_by_linear_index", "nd_fill_in_two_loops"
+WRITTEN = "nd_fill_from_written_indices"
 CLAMP, FILL_PIN = "rows_pinned_by_a_clamp", "fill_pinned_instead_of_rows"
 AND = "tuple_mask_by_and"
 # Index pairs from which jnp's index loop splits too, where GatherND's fill stays in one (32768).
@@ -61,11 +63,16 @@ COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
 BY_LINEAR = {ND_LINEAR} if _cpu.xla_vectorises_linear_indices() else set()
 # The two-loop fill only where XLA splits loops into tasks (a process on two cores or more).
 SPLIT = {TWO_LOOPS} if _cpu.xla_splits_loops() else set()
+SPLIT_WRITTEN = {WRITTEN} if _cpu.xla_splits_loops() else set()
 # A tuple's mask is an and where XLA would not split its one loop (nor on one core).
 SPLIT_AND = set() if _cpu.xla_splits_loops() else {AND}
-# bfloat16 selected as bits, each element pinned (JAX 0.10: XLA:CPU selects it in float32): where
-# the and-ed loop and the reduced flag's would split, the fill in two loops.
-PINNED_SPLIT = SPLIT if _fill.xla_cpu_converts_select(np.dtype(ml_dtypes.bfloat16)) else SPLIT_AND
+# bfloat16 rows pinned element by element (rows_pinned_on_any_jax): where the and-ed loop and the
+# reduced flag's would split, the fill from written indices. The pinned select counts 3 flops an
+# element where its bits are selected (JAX 0.10: XLA:CPU selects the type in float32), and is
+# counted at the bound of 4 where XLA selects the type as it is: rows of 2 by 2048 split there.
+PINNED_SPLIT = SPLIT_WRITTEN
+BF16_BITS = _fill.xla_cpu_converts_select(np.dtype(ml_dtypes.bfloat16))
+PINNED_AT_THE_BOUND = SPLIT_AND if BF16_BITS else SPLIT_WRITTEN
 # A lookup reads 6 MiB of cache lines from a pad only where XLA splits the select's loop.
 SPLIT_PAD = {LOOKUP_PAD} if _cpu.xla_splits_loops() else set()
 # The linear derivative of an odd count of rows only where XLA does not split its index's loop,
@@ -208,12 +215,17 @@ SELECTIONS = [
     ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (512, 2)), {AND}),  # rows
     # Where the and-ed loop would split (_cpu_split.and_loop_splits) the mask is jnp's.
     ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), PINNED_SPLIT),
-    ((64, 64, 2), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 2), (2048, 2)), SPLIT_AND),
+    ((64, 64, 2), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 2), (2048, 2)), PINNED_AT_THE_BOUND),
     ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (2048, 2)), SPLIT_AND),
     ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (65536, 2)), {AND}),  # jnp's split too
-    # Where the reduced flag's gather loop would split too, the fill in two loops.
-    ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (16384, 2)), SPLIT or {AND}),
+    # Where the reduced flag's gather loop would split too, the fill from written indices, whose
+    # gather's loop counts no index arithmetic (jnp's count).
+    ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (16384, 2)), SPLIT_WRITTEN or {AND}),
     ((64, 64, 2), np.int8, plans.gather_nd_plan((64, 64, 2), (8192, 2)), SPLIT_AND),
+    ((64, 64, 3), jnp.int4, plans.gather_nd_plan((64, 64, 3), (1024, 2)), SPLIT_WRITTEN),  # converted
+    ((64, 64, 3), jnp.int4, plans.gather_nd_plan((64, 64, 3), (512, 2)), {AND}),  # not split
+    ((64, 64, 3), ml_dtypes.float8_e5m2, plans.gather_nd_plan((64, 64, 3), (512, 2)), SPLIT_WRITTEN),
+    ((64, 64, 3), ml_dtypes.float8_e5m2, plans.gather_nd_plan((64, 64, 3), (N2, 2)), {AND}),  # jnp's too
     ((64, 64, 32), np.float32, plans.gather_nd_plan((64, 64, 32), (4096, 2)), {ROWS, AND}),  # bytes
     # A fill's in-bounds flag of a tuple of components that reads a slice: their and.
     ((4, 64, 64, 8), np.float32, plans.gather_nd_plan((4, 64, 64, 8), (4, 45, 2), 1), {AND}),
@@ -430,6 +442,8 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
                         lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
         TWO_LOOPS: ((64, 64), make_wild_indices((4096, 2), (64, 64), np.int32, 9),
                     lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
+        WRITTEN: ((64, 64, 3), make_wild_indices((1024, 2), (64, 64), np.int32, 16),
+                  lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
         CLAMP: ((100, 48), make_wild_indices((300,), 100, np.int32, 12),
                 lambda d, i: jax_gather.gather(d, i, mode="fill")),
         FILL_PIN: ((100, 8), make_wild_indices((80,), 100, np.int32, 15),
@@ -441,6 +455,7 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
     dtype = (
         ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP, FILL_PIN) else dtype
     )  # a narrow float: no pad
+    dtype = ml_dtypes.float8_e5m2 if name == WRITTEN else dtype  # converted on the way
     data = rng.standard_normal(data).astype(dtype)
     text = lambda: jax.jit(fn).lower(data, indices).as_text()
     bits = lambda: np.asarray(jax.jit(fn)(data, indices)).view(np.uint8)  # NaN fills compared too
@@ -880,6 +895,88 @@ def test_fill_matches_the_reference_in_every_direction(dtype, fill, expected_fil
             out = (jax.jit(fn) if jit else fn)(data, indices)
             expected = ref(data, indices, attribute, mode="fill", fill=expected_fill)
             _assert_same_bits(out, expected.astype(dtype))
+
+
+@pytest.fixture
+def written_indices_wherever_they_apply(monkeypatch, lowerings_on_any_cpu):
+    """nd_fill_from_written_indices chosen for every GatherND fill of tuples that read slices."""
+    for fact in ("and_loop_splits", "indexed_loop_splits"):
+        monkeypatch.setattr(_cpu, fact, lambda *args: True)
+    _cpu._choose.cache_clear()
+    jax.clear_caches()
+    yield
+    monkeypatch.undo()
+    _cpu._choose.cache_clear()
+    jax.clear_caches()
+
+
+def _codes(rng: np.random.Generator, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    """Random values of ``dtype``: every bit pattern for whole bytes, every code of a sub-byte type."""
+    if dtype.name in ("int2", "int4", "uint2", "uint4"):
+        info = ml_dtypes.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    if dtype.name == "float4_e2m1fn":
+        return rng.integers(0, 16, shape, dtype=np.uint8).view(dtype)
+    return random_bits(rng, dtype, shape)
+
+
+WRITTEN_DTYPES = [jnp.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e4m3fn,
+                  ml_dtypes.float8_e5m2, ml_dtypes.bfloat16, np.int8, np.float32, np.float64]  # fmt: skip
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("dtype", WRITTEN_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_a_fill_from_written_indices_gives_numpys_bits(dtype, written_indices_wherever_they_apply):
+    # Index pairs in and out of bounds, negative, past int32 (int64 with x64), into rows of 5 and
+    # a table of one row; the fill given, the default, and a traced one.
+    dtype = np.dtype(dtype)
+    wide = dtype.itemsize == 8
+    with enable_x64(wide):
+        rng = np.random.default_rng(3)
+        i_dtype = np.int64 if wide else np.int32
+        for shape, index_shape in [((6, 7, 5), (300, 2)), ((1, 1, 3), (40, 2)), ((6, 7, 5, 2), (20, 10, 2))]:
+            data = _codes(rng, dtype, shape)
+            indices = make_wild_indices(index_shape, shape[:2], i_dtype, shape[0])
+            plan = plans.gather_nd_plan(shape, index_shape)
+            assert WRITTEN in _cpu.lowering(plan, shape, dtype).names
+            fill = data.reshape(-1)[:1].reshape(())  # a value of the type
+            for fill_value, traced in [(None, False), (fill, False), (fill, True)]:
+                call = lambda d, i, f: jax_gather.gather_nd(d, i, mode="fill", fill_value=f)
+                fn = jax.jit(call) if traced else jax.jit(lambda d, i: call(d, i, fill_value))
+                out = fn(data, indices, fill) if traced else fn(data, indices)
+                expected = reference.gather_nd(
+                    data,
+                    indices,
+                    mode="fill",
+                    fill=np.asarray(_fill.default_fill_value(dtype) if fill_value is None else fill).astype(
+                        dtype
+                    ),
+                )
+                _assert_same_bits(out, expected)
+            # Every index the gather reads is in range: JAX's own index checks flag none.
+            checked = checkify.checkify(jax.jit(lambda d, i: call(d, i, None)), errors=checkify.index_checks)
+            checked(data, indices)[0].throw()
+
+
+@needs_cpu_lowerings
+def test_a_fill_from_written_indices_differentiates_as_the_select(written_indices_wherever_they_apply):
+    data = np.random.default_rng(4).standard_normal((6, 7, 5)).astype(np.float32)
+    indices = make_wild_indices((300, 2), (6, 7), np.int32, 5)
+    weights = np.random.default_rng(6).standard_normal((300, 5)).astype(np.float32)
+    f = lambda d, i: (jax_gather.gather_nd(d, i, mode="fill", fill_value=0.0) * weights).sum()
+    expected = np.zeros_like(data)
+    ok = np.all((indices >= -np.array([6, 7])) & (indices < np.array([6, 7])), axis=-1)
+    at = np.where(indices < 0, indices + np.array([6, 7]), indices)[ok]
+    np.add.at(expected, (at[:, 0], at[:, 1]), weights[ok])
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(data, indices), expected, rtol=1e-6)
+    filled = lambda d: jax_gather.gather_nd(d, indices, mode="fill", fill_value=0.0)
+    check_grads(filled, (data,), order=1, modes=["fwd", "rev"])
+    batched = jax.jit(jax.vmap(lambda d, i: jax_gather.gather_nd(d, i, mode="fill"), in_axes=(None, 0)))
+    stacked = np.stack([indices[:100], indices[100:200]])
+    _assert_same_bits(
+        batched(data, stacked),
+        np.stack([reference.gather_nd(data, i, mode="fill", fill=np.float32(np.nan)) for i in stacked]),
+    )
 
 
 def test_wide_indices_past_int32_read_the_fill():
