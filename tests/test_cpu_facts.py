@@ -1039,18 +1039,19 @@ def test_no_program_counts_inline_flops_or_more_where_jnps_counts_fewer(cell, mo
 # Grid ops at sizes where the library's default mode (a fill under jit) ran one loop XLA:CPU
 # splits into a task per core while jnp's stayed whole (jax_gather._cpu_split): the split's
 # hand-over cost 20-50 µs, 1.1-9x jnp's time. Found by compiling every grid op, dtype and mode
-# over widths 1-128 and 256-65536 ids (JAX 0.10 and 0.12); marked where a cell is still open.
+# over widths 1-128 and 256-65536 ids (JAX 0.10 and 0.12), and by random draws of GatherND pairs
+# of every dtype.
 _SPLIT_CELLS = [
     grid.Cell("gather_nd pairs", "int8", 2, 2048),  # tuple_mask_by_and's one loop
     grid.Cell("gather_nd pairs", "int8", 8, 8192),
-    grid.Cell("gather_nd pairs", "int8", 2, 16384),  # the reduced flag's gather loop
+    grid.Cell("gather_nd pairs", "int8", 2, 16384),  # the reduced flag's gather loop: written indices
     grid.Cell("gather_nd pairs", "float32", 1, 16384),  # the generic loop, one element a pair
     grid.Cell("gather axis 1", "bfloat16", 8, 3000),  # each element pinned
     grid.Cell("gather_elements axis -1", "bfloat16", 1, 4096),
     grid.Cell("gather_elements axis -1", "bfloat16", 1, 16384),
     grid.Cell("gather axis 0", "bfloat16", 2, 1024),  # rows pinned: the opaque zeros' count
     grid.Cell("gather_nd rows", "bfloat16", 4, 1500),
-    grid.Cell("gather_nd pairs", "bfloat16", 2, 4096),  # pinned rows: nd_fill_in_two_loops
+    grid.Cell("gather_nd pairs", "bfloat16", 2, 4096),  # pinned rows: nd_fill_from_written_indices
     grid.Cell("gather_nd pairs", "bfloat16", 4, 16384),
     grid.Cell("gather axis 1", "bfloat16", 2, 1200),  # each element pinned: one zero for all
     grid.Cell("gather batch_dims=1", "bfloat16", 3, 700),
