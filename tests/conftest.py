@@ -57,6 +57,14 @@ def lowerings_on_any_cpu(monkeypatch):
 
 
 @pytest.fixture
+def written_indices_on_any_size(monkeypatch, lowerings_on_any_cpu):
+    """nd_fill_from_written_indices chosen for every GatherND fill of index tuples that read
+    slices, as where the and-ed loop and the generic gather's would split into tasks: for what
+    it computes."""
+    yield from _facts_held(monkeypatch, "and_loop_splits", "indexed_loop_splits")
+
+
+@pytest.fixture
 def clamp_on_any_cpu(monkeypatch):
     """rows_pinned_by_a_clamp chosen for every row shape, as where XLA:CPU vectorises the
     clamp-pinned select and not the exclusive or's (bfloat16 rows of 38-58 elements on x86-64,

@@ -897,19 +897,6 @@ def test_fill_matches_the_reference_in_every_direction(dtype, fill, expected_fil
             _assert_same_bits(out, expected.astype(dtype))
 
 
-@pytest.fixture
-def written_indices_wherever_they_apply(monkeypatch, lowerings_on_any_cpu):
-    """nd_fill_from_written_indices chosen for every GatherND fill of tuples that read slices."""
-    for fact in ("and_loop_splits", "indexed_loop_splits"):
-        monkeypatch.setattr(_cpu, fact, lambda *args: True)
-    _cpu._choose.cache_clear()
-    jax.clear_caches()
-    yield
-    monkeypatch.undo()
-    _cpu._choose.cache_clear()
-    jax.clear_caches()
-
-
 def _codes(rng: np.random.Generator, dtype: np.dtype, shape: tuple) -> np.ndarray:
     """Random values of ``dtype``: every bit pattern for whole bytes, every code of a sub-byte type."""
     if dtype.name in ("int2", "int4", "uint2", "uint4"):
@@ -926,7 +913,7 @@ WRITTEN_DTYPES = [jnp.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.float4_e2
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("dtype", WRITTEN_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_a_fill_from_written_indices_gives_numpys_bits(dtype, written_indices_wherever_they_apply):
+def test_a_fill_from_written_indices_gives_numpys_bits(dtype, written_indices_on_any_size):
     # Index pairs in and out of bounds, negative, past int32 (int64 with x64), into rows of 5 and
     # a table of one row; the fill given, the default, and a traced one.
     dtype = np.dtype(dtype)
@@ -959,7 +946,7 @@ def test_a_fill_from_written_indices_gives_numpys_bits(dtype, written_indices_wh
 
 
 @needs_cpu_lowerings
-def test_a_fill_from_written_indices_differentiates_as_the_select(written_indices_wherever_they_apply):
+def test_a_fill_from_written_indices_differentiates_as_the_select(written_indices_on_any_size):
     data = np.random.default_rng(4).standard_normal((6, 7, 5)).astype(np.float32)
     indices = make_wild_indices((300, 2), (6, 7), np.int32, 5)
     weights = np.random.default_rng(6).standard_normal((300, 5)).astype(np.float32)
