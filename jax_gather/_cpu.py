@@ -60,7 +60,7 @@ from jax_gather._cpu_split import (
     jnp_splits_its_index_loop,
     nd_fill_loop_splits,
 )
-from jax_gather._fill import clamped_bits, element_bits, narrow_float
+from jax_gather._fill import clamped_bits, element_bits, narrow_float, xla_cpu_converts_select
 from jax_gather._fill_pin import opaque_fill
 from jax_gather._lowering import GENERIC, Lowering
 from jax_gather._x64 import x64_on
@@ -305,15 +305,16 @@ def _reads_little(site: Site) -> bool:
 
 def _nd_two_loops(site: Site) -> bool:
     """A GatherND fill of index tuples (of two components or more) of one element each, without
-    batch dims, of whole-byte data, whose one loop XLA:CPU would split where it keeps jnp's loops
-    whole (below what jnp's index loop splits at: 32768 pairs). Not in a process on one core,
-    where it splits no loop: there, the one loop took 0.74-0.80 of the two's time (8192 int8
-    pairs, AMD EPYC pinned to one core)."""
+    batch dims, of data not converted to bytes, whose one loop XLA:CPU would split where it keeps
+    jnp's loops whole (below what jnp's index loop splits at: 32768 pairs). Not in a process on
+    one core, where it splits no loop: there, the one loop took 0.74-0.80 of the two's time (8192
+    int8 pairs, AMD EPYC pinned to one core)."""
     plan, dn = site.plan, site.plan.dimension_numbers
     tuples = plan.tuple_indices and len(dn.start_index_map) > 1 and not dn.operand_batching_dims
     elements = math.prod(plan.slice_sizes) == 1
-    if not (tuples and elements and element_bits(site.dtype) >= 8 and xla_splits_loops()):
-        return False  # sub-byte types are converted on the way: not counted here
+    converted = element_bits(site.dtype) < 8 and xla_cpu_converts_select(site.dtype)
+    if not (tuples and elements and not converted and xla_splits_loops()):
+        return False  # int4, uint4, float4_e2m1fn are converted to bytes on the way: not counted here
     counted = (plan, site.shape, site.dtype, site.components)
     return nd_fill_loop_splits(*counted) and not jnp_splits_its_index_loop(site.components)
 

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from jax_gather._fill import element_bits, selected_as_bits, xla_cpu_keeps_bits
+from jax_gather._fill import element_bits, selected_as_bits, xla_cpu_converts_select, xla_cpu_keeps_bits
 from jax_gather._fill_pin import pins_the_fill
 from jax_gather.plans import GatherPlan
 
@@ -93,7 +93,7 @@ def _select_flops(dtype: np.dtype) -> tuple[int, int]:
     element. One an element for a plain select or one against a pinned fill; where the bits are
     selected and pinned, their bitcasts (one an element, one a data element) and the exclusive
     or (one an element), its opaque zero (of one index for all on one device) counted once;
-    where the type is converted on the way (sub-byte types, the float8 types through float16) or
+    where the type is converted on the way (int4, uint4, float4_e2m1fn, the float8 types) or
     its bits selected unpinned, at most 4 an element and 1 a data element (the converts or
     bitcasts around the gather and the select: JAX 0.10 to 0.12)."""
     if _plain_select(dtype) or pins_the_fill(dtype):
@@ -118,5 +118,7 @@ def _slice_fill_bytes(plan: GatherPlan, shape: tuple, dtype: np.dtype, component
 
 
 def _plain_select(dtype: np.dtype) -> bool:
-    """A select XLA:CPU makes of whole bytes as they are, every bit kept: no pin, no convert."""
-    return element_bits(dtype) >= 8 and xla_cpu_keeps_bits(dtype) and not selected_as_bits(dtype)
+    """A select XLA:CPU makes of the type as it is, every bit kept: no pin, no convert (whole
+    bytes, and int2 and uint2, which it gathers and selects as they are, where it converts
+    int4, uint4 and float4_e2m1fn to bytes: _fill.xla_cpu_converts_select)."""
+    return not xla_cpu_converts_select(dtype) and xla_cpu_keeps_bits(dtype) and not selected_as_bits(dtype)

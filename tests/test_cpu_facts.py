@@ -304,7 +304,7 @@ def test_the_and_loop_count_bounds_xlas_split_of_a_select_of_bits_or_converted(m
 
 @pytest.mark.parametrize(
     "dtype",
-    [np.int8, np.float32, jnp.bfloat16, jnp.int4, ml_dtypes.float8_e5m2],
+    [np.int8, np.float32, jnp.bfloat16, jnp.int4, ml_dtypes.int2, ml_dtypes.float8_e5m2],
     ids=lambda t: np.dtype(t).name,
 )
 def test_xla_splits_a_tuple_mask_loop_where_the_library_counts_it_so(monkeypatch, dtype):
@@ -534,7 +534,7 @@ def test_xla_splits_the_one_loop_of_a_gather_nd_fill_where_its_cost_analysis_cou
         and _cpu_split.nd_fill_loop_splits(plans.gather_nd_plan(shape, (n, 2)), shape, np.dtype(dtype), 2 * n)
     )
     with _cpu.without("nd_fill_in_two_loops"):
-        for dtype in (jnp.bfloat16, jnp.float16, jnp.int8, jnp.float32):
+        for dtype in (jnp.bfloat16, jnp.float16, jnp.int8, jnp.float32, ml_dtypes.int2):  # int2 as it is
             for shape in ((64, 64), (512, 512)):
                 for n in (512, 1024, 2048, 4096):
                     data, ids = np.zeros(shape, dtype), np.zeros((n, 2), np.int32)
@@ -1059,6 +1059,8 @@ _SPLIT_CELLS = [
     grid.Cell("gather_nd pairs", "int4", 3, 1024),
     grid.Cell("gather_nd pairs", "float8_e4m3fn", 3, 512),
     grid.Cell("gather_nd pairs", "float8_e4m3fn", 2, 2048),
+    grid.Cell("gather_nd pairs", "int2", 1, 2048),  # int2 selected as it is: nd_fill_in_two_loops
+    grid.Cell("gather_nd pairs", "int2", 8, 2048),  # nd_fill_from_written_indices
 ]
 
 
