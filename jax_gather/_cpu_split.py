@@ -76,8 +76,9 @@ def indexed_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, compone
     loop split against the written indices: int4 pairs of rows of 2 by 2048-6000 and of 3 by 1024
     1.2-2.0x jnp's time against 0.96-1.06, float8 pairs of rows of 2-3 by 512-4096 1.3-2.9x
     against 0.63-0.99 (JAX 0.10 and 0.12); int8 pairs of rows of 2-4 by 12000-24000 and bfloat16
-    ones (JAX 0.10, each element pinned) of 2-24 by 3000-24000, where they replace the written
-    slots (``nd_fill_in_two_loops``), 0.97-1.06 and 0.60-0.89 against 0.94-1.08 and 0.65-1.24."""
+    ones (JAX 0.10, each element pinned) of 2-24 by 3000-24000, against written slots (the clamp
+    of ``nd_fill_in_two_loops`` in the gather's loop), 0.97-1.06 and 0.60-0.89 against 0.94-1.08
+    and 0.65-1.24."""
     element, datum = _select_flops(dtype)
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     tuples, data = components // k, math.prod(shape)
