@@ -309,13 +309,11 @@ def _nd_two_loops(site: Site) -> bool:
     jnp's loops whole (below what jnp's index loop splits at: 32768 pairs). Not in a process on
     one core, where it splits no loop: there, the one loop took 0.74-0.80 of the two's time (8192
     int8 pairs, AMD EPYC pinned to one core)."""
-    plan, dn = site.plan, site.plan.dimension_numbers
-    tuples = plan.tuple_indices and len(dn.start_index_map) > 1 and not dn.operand_batching_dims
-    elements = math.prod(plan.slice_sizes) == 1
+    elements = math.prod(site.plan.slice_sizes) == 1
     converted = element_bits(site.dtype) < 8 and xla_cpu_converts_select(site.dtype)
-    if not (tuples and elements and not converted and xla_splits_loops()):
+    if not (_unbatched_tuples(site.plan) and elements and not converted and xla_splits_loops()):
         return False  # int4, uint4, float4_e2m1fn are converted to bytes on the way: not counted here
-    counted = (plan, site.shape, site.dtype, site.components)
+    counted = (site.plan, site.shape, site.dtype, site.components)
     return nd_fill_loop_splits(*counted) and not jnp_splits_its_index_loop(site.components)
 
 
@@ -324,13 +322,17 @@ def _nd_written_indices(site: Site) -> bool:
     batch dims, where XLA:CPU would split the and-ed one loop (``tuple_mask_by_and``) and the
     generic gather's loop and keep jnp's loops whole (_cpu_split.indexed_loop_splits): read from
     written indices, the gather's loop counts what jnp's counts. Not in a process on one core."""
-    plan, dn = site.plan, site.plan.dimension_numbers
-    tuples = plan.tuple_indices and len(dn.start_index_map) > 1 and not dn.operand_batching_dims
-    slices = site.index_flops is None and math.prod(plan.slice_sizes) > 1
-    if not (tuples and slices and xla_splits_loops()):
+    slices = site.index_flops is None and math.prod(site.plan.slice_sizes) > 1
+    if not (_unbatched_tuples(site.plan) and slices and xla_splits_loops()):
         return False
-    counted = (plan, site.shape, site.dtype, site.components)
+    counted = (site.plan, site.shape, site.dtype, site.components)
     return and_loop_splits(*counted) and indexed_loop_splits(*counted)
+
+
+def _unbatched_tuples(plan: GatherPlan) -> bool:
+    """GatherND index tuples of two components or more, without batch dims."""
+    dn = plan.dimension_numbers
+    return plan.tuple_indices and len(dn.start_index_map) > 1 and not dn.operand_batching_dims
 
 
 def _tuple_slices(site: Site) -> bool:

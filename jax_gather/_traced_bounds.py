@@ -279,12 +279,11 @@ def written_indices(plan: GatherPlan, indices: jax.Array) -> tuple[jax.Array, ja
     the index vectors are written out by a loop of their own, as ``jnp``'s normalised indices
     are, and the gather's loop reads them with no arithmetic (static sizes only)."""
     target = _index_dtype(plan)
-    u, sizes = _as_unsigned(_saturate(indices, target), axis_sizes(plan, target))
-    normalised = jnp.minimum(u, u + sizes)
-    signed = lambda x: lax.bitcast_convert_type(x, target)
-    clamped = lambda c: signed(jnp.minimum(normalised[..., c], sizes[c] - 1))
+    work, sizes = _saturate(indices, target), axis_sizes(plan, target)
+    clamped = lambda c: _working(work[..., c], sizes[c], clip=False, past_end=False, unclamped=False)
     idx = jnp.stack([clamped(c) for c in range(sizes.shape[0])], axis=-1)
-    return idx, jnp.all(signed(normalised) == idx, axis=-1)
+    u, s = _as_unsigned(work, sizes)
+    return idx, jnp.all(lax.bitcast_convert_type(jnp.minimum(u, u + s), target) == idx, axis=-1)
 
 
 def dropping_vectors(plan: GatherPlan, indices: jax.Array) -> jax.Array:
