@@ -99,7 +99,7 @@ def fill_after_written_slots(
     on JAX 0.12)."""
     sizes = axis_sizes(plan, slots.dtype)
     ok = jnp.all(slots < sizes, axis=-1)
-    return _generic_select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, low)
+    return select_fill(data, jnp.minimum(slots, sizes - 1), ok, fill, indices, plan, low.pin_only())
 
 
 def fill_after_written_indices(
@@ -114,21 +114,7 @@ def fill_after_written_indices(
     (:func:`jax_gather._traced_bounds.written_indices`; ``slots`` unread): GatherND's fill of
     slices in three loops, as ``jnp``'s, whose gather's loop counts no index arithmetic."""
     idx, ok = written_indices(plan, indices)
-    return _generic_select_fill(data, idx, ok, fill, indices, plan, low)
-
-
-def _generic_select_fill(
-    data: jax.Array,
-    idx: jax.Array,
-    ok: jax.Array,
-    fill: jax.Array,
-    indices: jax.Array,
-    plan: GatherPlan,
-    low: Lowering,
-) -> jax.Array:
-    """The generic gather on ``idx`` and its select, its bits kept by ``low``'s pin."""
-    generic = Lowering(pin=low.pin, pins_from_data=low.pins_from_data)
-    return select_fill(data, idx, ok, fill, indices, plan, generic)
+    return select_fill(data, idx, ok, fill, indices, plan, low.pin_only())
 
 
 # ---- the in-bounds flag of an index tuple ----------------------------------------------------------

@@ -141,6 +141,11 @@ class Lowering:
     names: frozenset[str] = frozenset()
     pins_from_data: bool = False
 
+    def pin_only(self) -> Lowering:
+        """The generic lowering with this one's pin: the generic gather, then a select whose bits
+        this lowering keeps (a fill of the CPU table that selects after the generic gather)."""
+        return Lowering(pin=self.pin, pins_from_data=self.pins_from_data)
+
 
 GENERIC = Lowering()
 
