@@ -1,6 +1,7 @@
 """The grid's cells whose library program XLA:CPU splits into tasks where jnp's stays whole.
 
     python benchmarks/split_scan.py [--ops OP,...] [--dtypes T,...] [--widths W,...] [--counts N,...]
+                                    [--tables T,...]
 
 Compiles, times nothing: for each op x dtype x row width x index count x mode of ``bench
 --grid`` (:mod:`jax_gather.bench.grid`), the library's call and ``jnp``'s in the same mode, and
@@ -10,7 +11,8 @@ count). Such a split costs a hand-over to the second core (20-50 µs on the AMD 
 loop of tens of microseconds does not repay (docs/design.md, "No lowering splits a loop that jnp
 keeps whole"); time the cells it prints with ``bench --grid --only``. In a process on one core
 XLA splits no loop, and nothing is printed. The defaults, widths 1-128 by 256-65536 ids in four
-dtypes, take 10-15 minutes on two cores.
+dtypes, take 10-15 minutes on two cores; ``--tables`` gives the indexed axis other lengths than the
+grid's 4096 (a cell's table length, ``grid.Cell.table``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import itertools
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -39,11 +42,18 @@ def tasks(fn: Any, *args: Any) -> tuple[int, int]:
     return max(splits, default=1), int(cost.get("flops", 0))
 
 
-def scan(ops: list[str], dtypes: list[str], widths: list[int], counts: list[int]) -> list[dict]:
+def scan(
+    ops: list[str],
+    dtypes: list[str],
+    widths: list[int],
+    counts: list[int],
+    tables: Sequence[int] = (grid.TABLE,),
+) -> list[dict]:
     """One row per cell and mode split where jnp's is not."""
     rows = []
-    for op, dtype, width, count, mode in itertools.product(ops, dtypes, widths, counts, grid.MODES):
-        cell = grid.Cell(op, dtype, width, count)
+    cells = itertools.product(ops, dtypes, widths, counts, tables, grid.MODES)
+    for op, dtype, width, count, table, mode in cells:
+        cell = grid.Cell(op, dtype, width, count, table)
         if not grid.fits(cell):
             continue
         data, indices = grid.make_inputs(cell)
@@ -63,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", type=listed(str), default=list(DTYPES))
     parser.add_argument("--widths", type=listed(int), default=list(WIDTHS))
     parser.add_argument("--counts", type=listed(int), default=list(COUNTS))
+    parser.add_argument("--tables", type=listed(int), default=[grid.TABLE])
     args = parser.parse_args(argv)
     print(f"JAX {jax.__version__}; cells split into tasks where jnp's program is not:")
-    rows = scan(args.ops, args.dtypes, args.widths, args.counts)
+    rows = scan(args.ops, args.dtypes, args.widths, args.counts, args.tables)
     for row in rows:
         counts = f"{row['tasks']} tasks, {row['flops']} flops (jnp's {row['jnp_flops']})"
         print(f"  {row['cell']}  [{row['mode']}]  {counts}")

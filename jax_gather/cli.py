@@ -98,6 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     bench.add_argument("--seed", type=int, default=0, help="with --grid --random: which cells are drawn")
     bench.add_argument(
+        "--tables",
+        action="store_true",
+        help="with --grid --random: draw the indexed axis's length too (1 to 2**18 entries; "
+        "else the grid's 4096)",
+    )
+    bench.add_argument(
         "--eager",
         action="store_true",
         help="with --grid: eager calls of both (no jax.jit), the checked mode judged on the host",

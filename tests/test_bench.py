@@ -307,8 +307,14 @@ def test_grid_cells_compare_equal_work(op, dtype):
     # Widths and counts that take every shape branch: fewer ids than a row, more, odd counts.
     import jax
 
-    for width, count in [(1, 1), (4, 129), (64, 16)]:
-        cell = grid.Cell(op, dtype, width, count)
+    for width, count, table in [
+        (1, 1, grid.TABLE),
+        (4, 129, grid.TABLE),
+        (64, 16, grid.TABLE),
+        (4, 129, 1),
+        (3, 40, 70000),
+    ]:
+        cell = grid.Cell(op, dtype, width, count, table)
         d, i = grid.make_inputs(cell)
         assert bool((np.asarray(i) < 0).any()) or count < 100  # negative indices are drawn
         assert grid._plan(cell).output_shape == np.shape(grid.ours_call(cell, "checked")(d, i))
@@ -349,6 +355,21 @@ def test_random_cells_lie_off_the_grid_and_repeat_with_their_seed():
     assert grid.random_cells(5, only="no such cell") == []
 
 
+def test_random_tables_draw_the_indexed_axis_length_too():
+    drawn = grid.random_cells(200, seed=3, tables=True)
+    assert drawn == grid.random_cells(200, seed=3, tables=True) and all(grid.fits(c) for c in drawn)
+    tables = sorted(c.table for c in drawn)
+    assert tables[0] < 16 and tables[-1] > 65536 and len(set(tables)) > 100
+    assert all(1 <= t <= grid.MAX_TABLE for t in tables)
+    shape = lambda c: grid._shapes(c.op, c.width, c.count, c.table)[0]
+    assert {shape(c)[0] for c in drawn if c.op == "gather axis 0"} <= set(tables)
+    assert all(f"t={c.table}" in c.name for c in drawn if c.table != grid.TABLE)
+    assert grid.cell_of(dataclasses.asdict(drawn[0])) == drawn[0]
+    assert grid.cell_of({"op": "gather axis 0", "dtype": "int8", "width": 2, "count": 3}).table == grid.TABLE
+    with pytest.raises(ValueError, match="--tables"):
+        grid.run(tables=True)
+
+
 def test_grid_cells_stay_under_the_memory_cap_and_quick_is_small():
     cells = grid.cells()
     assert all(grid.fits(c) for c in cells)
@@ -359,12 +380,24 @@ def test_grid_cells_stay_under_the_memory_cap_and_quick_is_small():
 
 def test_bench_grid_random_writes_its_draw_to_the_json(tmp_path):
     path, prefix = tmp_path / "random.json", str(tmp_path / "random")
-    argv = ["bench", "--grid", "--random", "2", "--seed", "7", "--only", "float32", "--rounds", "2"]
+    argv = [
+        "bench",
+        "--grid",
+        "--random",
+        "2",
+        "--seed",
+        "7",
+        "--tables",
+        "--only",
+        "float32",
+        "--rounds",
+        "2",
+    ]
     assert cli.main([*argv, "--no-tune-allocator", "--json", str(path), "--plot", prefix]) == 0
     result = json.loads(path.read_text())
-    assert result["random"] == {"cells": 2, "seed": 7}
-    cells = [grid.Cell(r["op"], r["dtype"], r["width"], r["count"]) for r in result["grid"]]
-    assert cells == grid.random_cells(2, seed=7, only="float32")
+    assert result["random"] == {"cells": 2, "seed": 7, "tables": True}
+    cells = [grid.cell_of(r) for r in result["grid"]]
+    assert cells == grid.random_cells(2, seed=7, only="float32", tables=True)
     for mode in grid.MODES:  # a scatter of the cells, which lie on no axes a heatmap could have
         assert os.path.getsize(f"{prefix}-{mode}.png") > 1000
 

@@ -22,6 +22,14 @@ def test_a_split_loop_is_listed_where_xla_splits_loops():
     )
 
 
+def test_a_table_of_another_length_is_scanned_as_such():
+    with _cpu.without("nd_fill_in_two_loops"):
+        rows = split_scan.scan(**PAIRS, tables=[100])  # pairs into 10 x 10 rows
+    assert [r["cell"] for r in rows] == (
+        ["gather_nd pairs float32 w=1 n=16384 t=100"] if _cpu_client.xla_splits_loops() else []
+    )
+
+
 def test_the_script_runs(capsys):
     assert (
         split_scan.main(["--ops", "gather axis 0", "--dtypes", "int8", "--widths", "2", "--counts", "256"])

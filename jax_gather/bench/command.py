@@ -99,7 +99,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
             json.dump(result, f, indent=1)
         return 0
     random, seed, eager = getattr(args, "random", 0), getattr(args, "seed", 0), getattr(args, "eager", False)
-    backward = getattr(args, "backward", False)
+    backward, tables = getattr(args, "backward", False), getattr(args, "tables", False)
     rows = grid.run(
         quick=args.quick,
         rounds=args.rounds,
@@ -109,11 +109,12 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         seed=seed,
         eager=eager,
         backward=backward,
+        tables=tables,
     )
     print(grid.format_summary(rows))
     if args.json:
         result = {"machine": machine, "allocator_tuned": args.tune_allocator, "sync_dispatch": sync}
-        result |= {"random": {"cells": random, "seed": seed}} if random else {}
+        result |= {"random": {"cells": random, "seed": seed, "tables": tables}} if random else {}
         result |= {"eager": eager, "backward": backward}
         with open(args.json, "w") as f:
             json.dump(result | {"grid": rows}, f, indent=1)

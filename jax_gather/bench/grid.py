@@ -11,7 +11,8 @@ the A/A band's upper end, and at least :data:`SLOWER` above 1.
 
 Row width is the number of elements each index takes (a row of the table, a column for Gather
 along axis 1); index count the number of index components' tuples (ids, elements, or GatherND
-tuples). The indexed axis has :data:`TABLE` entries unless an op says otherwise.
+tuples). The indexed axis has :data:`TABLE` entries unless an op says otherwise, or a cell says
+another length (``--random --tables``).
 """
 
 from __future__ import annotations
@@ -51,30 +52,38 @@ class Cell:
     dtype: str
     width: int
     count: int
+    table: int = TABLE  # the entries of the indexed axis (or axes: GatherND pairs, about as many)
 
     @property
     def name(self) -> str:
-        return f"{self.op} {self.dtype} w={self.width} n={self.count}"
+        table = f" t={self.table}" if self.table != TABLE else ""
+        return f"{self.op} {self.dtype} w={self.width} n={self.count}{table}"
 
 
-def _shapes(op: str, w: int, n: int) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
-    """(data shape, indices shape, attribute, batch_dims) of a cell."""
+def cell_of(row: dict[str, Any]) -> Cell:
+    """The cell of a grid's JSON row (rows written before cells had a table length have TABLE)."""
+    return Cell(row["op"], row["dtype"], row["width"], row["count"], row.get("table", TABLE))
+
+
+def _shapes(op: str, w: int, n: int, t: int = TABLE) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
+    """(data shape, indices shape, attribute, batch_dims) of a cell of table length ``t``."""
     if op == "gather axis 0":
-        return (TABLE, w), (n,), 0, 0
+        return (t, w), (n,), 0, 0
     if op == "gather axis 1":
-        return (w, TABLE), (n,), 1, 0
+        return (w, t), (n,), 1, 0
     if op == "gather batch_dims=1":
         b = next(b for b in (8, 4, 2, 1) if n % b == 0)
-        return (b, TABLE // 8, w), (b, n // b), 1, 1
+        return (b, max(1, t // 8), w), (b, n // b), 1, 1
     rows, per_row = max(1, n // w), min(n, w)
-    if op == "gather_elements axis -1":
+    if op == "gather_elements axis -1":  # the indexed axis is the row: no table
         return (rows, w), (rows, per_row), -1, 0
     if op == "gather_elements axis 0":
-        return (TABLE, w), (rows, per_row), 0, 0
+        return (t, w), (rows, per_row), 0, 0
     if op == "gather_nd pairs":
-        return (64, 64, w), (n, 2), 0, 0
+        side = max(1, math.isqrt(t))
+        return (side, side, w), (n, 2), 0, 0
     if op == "gather_nd rows":
-        return (TABLE, w), (n, 1), 0, 0
+        return (t, w), (n, 1), 0, 0
     raise ValueError(f"bench --grid: unknown op {op!r}; the ops are {list(OPS)}")
 
 
@@ -109,7 +118,7 @@ def _itemsize_bits(dtype: str) -> int:
 
 def fits(cell: Cell) -> bool:
     """Whether the cell's data and output stay under MAX_BYTES."""
-    data = _shapes(cell.op, cell.width, cell.count)[0]
+    data = _shapes(cell.op, cell.width, cell.count, cell.table)[0]
     out = _plan(cell).output_shape
     bits = _itemsize_bits(cell.dtype)
     return max(math.prod(data), math.prod(out)) * bits // 8 <= MAX_BYTES
@@ -118,7 +127,7 @@ def fits(cell: Cell) -> bool:
 def _plan(cell: Cell) -> Any:
     from jax_gather import plans
 
-    data, indices, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count)
+    data, indices, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count, cell.table)
     kind = OPS[cell.op]
     if kind == "gather":
         return plans.gather_plan(data, indices, attribute, batch_dims)
@@ -137,12 +146,20 @@ def cells(quick: bool = False, only: str | None = None, backward: bool = False) 
     return [c for c in grid if fits(c) and (only is None or only in c.name)]
 
 
-def random_cells(k: int, seed: int = 0, only: str | None = None, backward: bool = False) -> list[Cell]:
+# --random --tables: the indexed axis's length drawn too, log-uniform up to this many entries (a
+# vocabulary's table of rows; the grid's own TABLE is 4096).
+MAX_TABLE = 1 << 18
+
+
+def random_cells(
+    k: int, seed: int = 0, only: str | None = None, backward: bool = False, tables: bool = False
+) -> list[Cell]:
     """``k`` cells drawn off the grid's axes (the same ``seed``, the same cells): an op, a dtype
     of DTYPES or RANDOM_DTYPES (``backward``: BACKWARD_DTYPES), a width and a count log-uniform
-    over WIDTHS' and COUNTS' ranges."""
-    rng = np.random.default_rng(seed)
-    log_uniform = lambda top: int(np.exp(rng.uniform(0, np.log(top + 1))))
+    over WIDTHS' and COUNTS' ranges; ``tables``: a table length log-uniform in [1, MAX_TABLE],
+    drawn from a stream of its own, so that the draws without it stay as they were."""
+    rng, table_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
+    log_uniform = lambda top, r=rng: int(np.exp(r.uniform(0, np.log(top + 1))))
     dtypes = BACKWARD_DTYPES if backward else DTYPES + RANDOM_DTYPES
     drawn: list[Cell] = []
     for _ in range(1000 * k):  # a bound, for an ``only`` that few or no cells match
@@ -150,6 +167,8 @@ def random_cells(k: int, seed: int = 0, only: str | None = None, backward: bool 
             break
         op, dtype = rng.choice(list(OPS)), rng.choice(dtypes)
         cell = Cell(str(op), str(dtype), log_uniform(WIDTHS[-1]), log_uniform(COUNTS[-1]))
+        if tables:
+            cell = dataclasses.replace(cell, table=max(1, log_uniform(MAX_TABLE, table_rng)))
         if fits(cell) and (only is None or only in cell.name):
             drawn.append(cell)
     return drawn
@@ -160,7 +179,7 @@ def make_inputs(cell: Cell, seed: int = 0) -> tuple[Any, Any]:
     import jax.numpy as jnp
 
     rng = np.random.default_rng(seed)
-    data_shape, indices_shape, _, _ = _shapes(cell.op, cell.width, cell.count)
+    data_shape, indices_shape, _, _ = _shapes(cell.op, cell.width, cell.count, cell.table)
     data = rng.integers(-8, 8, data_shape).astype(numpy_dtype(cell.dtype))
     plan = _plan(cell)
     sizes = np.asarray(plan.index_sizes) if plan.tuple_indices else plan.index_sizes[0]
@@ -175,7 +194,7 @@ def jnp_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
     import jax.numpy as jnp
 
     m = "fill" if mode == "checked" else mode
-    _, _, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count)
+    _, _, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count, cell.table)
     kind = OPS[cell.op]
     if kind == "gather":  # jnp.take has no promise_in_bounds; indexing has every mode
         lead = (slice(None),) * (attribute - batch_dims)
@@ -197,7 +216,7 @@ def jnp_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
 def ours_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
     import jax_gather
 
-    _, _, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count)
+    _, _, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count, cell.table)
     op = getattr(jax_gather, OPS[cell.op])
     extra = {"batch_dims": batch_dims} if batch_dims else {}
     return lambda d, i: op(d, i, attribute, mode=mode, **extra)
@@ -252,12 +271,16 @@ def run(
     seed: int = 0,
     eager: bool = False,
     backward: bool = False,
+    tables: bool = False,
 ) -> list[dict[str, Any]]:
-    """Times the grid's cells (``quick``: the smaller grid; ``random``: that many random_cells;
-    ``eager``: as eager calls; ``backward``: their gradients)."""
+    """Times the grid's cells (``quick``: the smaller grid; ``random``: that many random_cells,
+    of random table lengths where ``tables``; ``eager``: as eager calls; ``backward``: their
+    gradients)."""
     if eager and backward:
         raise ValueError("bench --grid: --eager and --backward do not combine (gradients are timed jitted)")
-    todo = random_cells(random, seed, only, backward) if random else cells(quick, only, backward)
+    if tables and not random:
+        raise ValueError("bench --grid: --tables draws table lengths for --random cells; give --random N")
+    todo = random_cells(random, seed, only, backward, tables) if random else cells(quick, only, backward)
     rows = []
     for k, cell in enumerate(todo):
         progress(k, len(todo), cell.name)
@@ -290,14 +313,14 @@ def remeasure(
     flagged = [(r, m) for r in rows for m in MODES if slower(r, m)]
     ranked = sorted(((r, m) for r in rows for m in MODES), key=lambda rm: -rm[0][rm[1]])
     highest = [(r, m) for k, (r, m) in enumerate(ranked) if k < top or r[m] > above]
-    picked = {(Cell(r["op"], r["dtype"], r["width"], r["count"]), m): r for r, m in flagged + highest}
+    picked = {(cell_of(r), m): r for r, m in flagged + highest}
     records = []
     for k, ((cell, mode), row) in enumerate(picked.items()):
         progress(k, len(picked), cell.name)
         again = run_cell(cell, rounds, settle, bool(row.get("eager")), bool(row.get("backward")))
         records.append(
             {
-                "cell": [cell.op, cell.dtype, cell.width, cell.count],
+                "cell": [cell.op, cell.dtype, cell.width, cell.count, cell.table],
                 "mode": mode,
                 "rounds": rounds,
                 "grid_ratio": row[mode],
@@ -327,7 +350,7 @@ def format_remeasured(records: Sequence[dict[str, Any]]) -> str:
 
 
 def worst(rows: Sequence[dict[str, Any]], k: int = 10) -> list[tuple[float, str, str]]:
-    name = lambda r: Cell(r["op"], r["dtype"], r["width"], r["count"]).name
+    name = lambda r: cell_of(r).name
     return sorted(((r[m], name(r), m) for r in rows for m in MODES), reverse=True)[:k]
 
 
