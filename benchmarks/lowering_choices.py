@@ -45,6 +45,11 @@ BATCHED_PAIRS = bench.Case("gather_nd batch_dims=1, 1024 pairs", "gather_nd", 1,
 # And the largest column lookup that reads its fill from a pad where XLA splits loops (8 MiB of
 # cache lines).
 COLUMN_LOOKUP = bench.Case("gather axis 1, 32 ids of 4096 columns", "gather", 1, (4096, 4096), (32,))
+# And a column gather whose fill from a pad keeps it under INLINE_FLOPS, where the select's would
+# not (the same at any scale: a smaller one is a short lookup).
+FEW_COLUMN_IDS = bench.Case(
+    "gather axis 1, 129 ids of 64 int8 rows", "gather", 1, (64, 4096), (129,), True, "int8"
+)
 # And a GatherND of index pairs whose one fill loop XLA:CPU splits where it keeps jnp's whole
 # (2048 pairs at --scale 4).
 PAIRS = bench.Case("gather_nd, 8192 int8 pairs", "gather_nd", 0, (64, 64), (8192, 2), True, "int8")
@@ -66,6 +71,7 @@ EXTRA = (
     SHORT_LOOKUP,
     BATCHED_PAIRS,
     COLUMN_LOOKUP,
+    FEW_COLUMN_IDS,
     PAIRS,
     INT4_PAIRS,
     CLAMPED,
@@ -222,7 +228,10 @@ def choices() -> list[Choice]:
             )
             for dt in (" bfloat16", " int8")  # 1- and 2-byte data only
         ),
-        Choice("column_fill_from_pad", "gather axis 1 int8", "default mode", ("column_fill_from_pad",)),
+        *(
+            Choice("column_fill_from_pad", case, "default mode", ("column_fill_from_pad",))
+            for case in ("gather axis 1 int8", FEW_COLUMN_IDS.name)
+        ),
         Choice(
             "column_fill_by_the_direct_gather",
             "gather axis 1 bfloat16",
@@ -452,6 +461,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if "column" in choice.name and not _cpu.xla_widens_column_indices():
             print(f"{choice.name:40s} {choice.case:34s} not chosen on this CPU (XLA keeps 32-bit indices)")
+            continue
+        past_inline = choice.name == "column_fill_from_pad" and choice.case != FEW_COLUMN_IDS.name
+        if past_inline and _cpu.xla_scalarises_the_column_pad():
+            print(f"{choice.name:40s} {choice.case:34s} not chosen on this CPU (XLA leaves its loop scalar)")
             continue
         row = run_choice(choice, args.rounds, args.reps, args.scale)
         rows.append(row)

@@ -49,6 +49,7 @@ from jax_gather._cpu_fills import (
     pinned_rows,
     read_fill_from_pad,
     select_pin,
+    xla_scalarises_the_column_pad,
     xla_vectorises_pinned_rows,
     xla_vectorises_rows_clamped,
 )
@@ -96,6 +97,7 @@ CACHE_LINE = 64
 # ids (8 KiB) 1.53-1.57x; from 16 KiB level (16x1024, 32x512, 128x129: 0.95-1.03), from 32 KiB
 # 0.64-0.80.
 COLUMNS_MIN_BYTES = 16 << 10
+COLUMN_SELECT_ROWS = 512  # _direct_column_fill
 # Fact: the written indices (8 bytes each, twice the int32 indices they replace) are read again
 # for every row; past 2 MiB of them they come from memory. Measured (AMD EPYC, rows of 16-64):
 # at 2**18 ids 0.88-1.11 of the time without the column lowerings, at 2**19 0.92-1.21, at 2**20
@@ -145,7 +147,9 @@ class Site:
 
     @property
     def components(self) -> int:
-        return _index_components(self.plan)
+        dn = self.plan.dimension_numbers
+        batch = [d for i, d in enumerate(self.plan.output_shape) if i not in dn.offset_dims]
+        return math.prod(batch) * len(dn.start_index_map)
 
 
 class Row(NamedTuple):
@@ -206,11 +210,21 @@ def _columns_forward(site: Site) -> bool:
 def _column_fill_pays(site: Site) -> bool:
     """_columns of padded data, where the fill from the pad keeps the program under INLINE_FLOPS
     (its select would not: 64 int8 rows by 129 ids, 0.29-0.32 of the time without), or from
-    COLUMNS_MIN_BYTES of output (between, 32 rows by 256 ids: 1.05-1.79x without)."""
+    COLUMNS_MIN_BYTES of output (below: 1.05-1.79x without) unless XLA:CPU leaves its loop scalar."""
     slots = _INDEX_FLOPS if site.x64 else _INDEX_FLOPS_32  # x64: indices may be 64-bit
     inline = (slots + COLUMN_INDEX_FLOPS) * site.components < INLINE_FLOPS
     big = _output_bytes(site.plan, site.dtype) >= COLUMNS_MIN_BYTES
-    return _pads(site) and (inline or big) and _columns(site)
+    padded = _pads(site) and (inline or big) and _columns(site)
+    return padded and (inline or not xla_scalarises_the_column_pad())  # a CPU's fact: asked last
+
+
+def _direct_column_fill(site: Site) -> bool:
+    """_columns_forward of data not padded (the narrow floats), or of fewer than COLUMN_SELECT_ROWS
+    rows where the pad is not taken: the generic gather's select reads one index stream. Measured
+    (AMD EPYC, int8 and uint8, 21 rounds), its time against the select after the column gather:
+    16-256 rows by 1024-16384 ids 0.79-1.06 (one 1.12), 512-1024 rows by 4096-16384 ids 1.00-1.07."""
+    few_rows = math.prod(site.shape[:-1]) < COLUMN_SELECT_ROWS and not _column_fill_pays(site)
+    return (not _pads(site) or few_rows) and _columns_forward(site)
 
 
 def _hand_over_pays(site: Site, flops: int) -> bool:
@@ -396,12 +410,7 @@ ROWS = (
     Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: read_fill_from_pad),
     Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: read_fill_from_pad),
     Row("column_fill_from_pad", "fill", _column_fill_pays, lambda s: column_fill_from_pad),
-    Row(
-        "column_fill_by_the_direct_gather",
-        "fill",
-        lambda s: not _pads(s) and _columns_forward(s),
-        lambda s: fill_after_written_slots,
-    ),
+    Row("column_fill_by_the_direct_gather", "fill", _direct_column_fill, lambda s: fill_after_written_slots),
     Row("nd_fill_from_written_indices", "fill", _nd_written_indices, lambda s: fill_after_written_indices),
     Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: fill_after_written_slots),
     Row("rows_pinned_by_a_clamp", "pin", lambda s: _row_pin(s) is clamped_bits, lambda s: clamped_bits),
@@ -427,8 +436,7 @@ def without(*names: str) -> Iterator[None]:
     is traced inside before leaving (``jax.jit(f).lower(...).compile()``).
     """
     global _disabled
-    unknown = sorted(set(names) - set(LOWERINGS))
-    if unknown:
+    if unknown := sorted(set(names) - set(LOWERINGS)):
         raise ValueError(f"without: unknown lowerings {unknown}; the lowerings are {list(LOWERINGS)}")
     previous, _disabled = _disabled, frozenset(names)
     jax.clear_caches()
@@ -440,8 +448,6 @@ def without(*names: str) -> Iterator[None]:
 
 
 _disabled: frozenset[str] = frozenset()
-
-
 PLATFORM_DEPENDENT_PRUNES = JAX_RELEASE >= (0, 7, 0)
 
 
@@ -492,9 +498,3 @@ def _runs_and_lines(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> tuple[in
     runs = math.prod(plan.output_shape) // run
     run_lines = -(-run * element_bits(dtype) // (8 * CACHE_LINE))
     return runs, min(runs * run_lines * CACHE_LINE, math.prod(shape) * element_bits(dtype) // 8)
-
-
-def _index_components(plan: GatherPlan) -> int:
-    dn = plan.dimension_numbers
-    batch = [d for i, d in enumerate(plan.output_shape) if i not in dn.offset_dims]
-    return math.prod(batch) * len(dn.start_index_map)

@@ -3,6 +3,7 @@ the generic gather and its select from index slots written out."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -69,6 +70,31 @@ def column_fill_from_pad(
     """The column gather's fill read from a pad of data (no select: ``indices`` and ``low``
     unread)."""
     return columns_by_written_indices(padded(data, fill, plan), slots, plan)
+
+
+# Fact (a CPU's): on the AMD EPYC (Zen 5, AVX-512; JAX 0.10 and 0.12) LLVM leaves the loop from the
+# pad scalar (an index compared, then data or the pad read, an element at a time) and vectorises
+# the select's, 4 lanes; there, past INLINE_FLOPS, the pad took 1.05-2.0x the select's time
+# (uint8 rows by 12982 ids: 1.4-2.0; 1024 rows by 32768 ids 1.17; the benchmark's int8 columns,
+# 512 rows by 2048 ids, without / with 0.85), where on an Intel Xeon with AVX-512 it paid 1.15x
+# (its IR not recorded). So the CPU at hand is asked, once per process.
+_BYTE_VECTORS = re.compile(r"<\d+ x i8>")
+
+
+@functools.cache
+def xla_scalarises_the_column_pad() -> bool:
+    """Whether XLA:CPU, for this process's CPU and flags, compiles the fill of an int8 column
+    gather from a pad to scalar instructions and its select to vector ones: the LLVM IR of both
+    fills of 1024 ids of 64 rows (about 100 ms)."""
+    plan = gather_plan((64, 4096), (1024,), 1)
+    columns = Lowering(forward=columns_by_written_indices)
+
+    def vectorised(low: Lowering) -> bool:
+        fill = lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), jnp.zeros((), jnp.int8), plan, low)
+        return kernel_ir_holds(_BYTE_VECTORS, fill, ((64, 4096), jnp.int8), ((1024,), jnp.int32))
+
+    pad = dataclasses.replace(columns, fill=column_fill_from_pad)
+    return vectorised(columns) and not vectorised(pad)
 
 
 # ---- GatherND's fill from index vectors written out ---------------------------------------------

@@ -45,8 +45,11 @@ def lowerings_on_any_cpu(monkeypatch):
     (XLA:CPU widening indices in the loop of a column gather, and computing a batched GatherND's
     linear indices in vector instructions, which it does with AVX-512; splitting loops into
     tasks, which it does on two cores or more; copying rows in bytes with vector instructions,
-    which it does through JAX 0.10): for what they compute and what XLA makes of them, which do
-    not depend on the CPU."""
+    which it does through JAX 0.10), and the column pad's loop as one XLA:CPU does not leave scalar
+    (it does on the AMD EPYC): for what they compute and what XLA makes of them, which do not
+    depend on the CPU."""
+    for module in (_cpu, _cpu_fills):
+        monkeypatch.setattr(module, "xla_scalarises_the_column_pad", lambda: False)
     yield from _facts_held(
         monkeypatch,
         "xla_widens_column_indices",

@@ -59,6 +59,10 @@ assert _cpu.SHORT_ROWS_MIN_BYTES_OF_BYTES // 32 == R
 # The column lowerings are chosen only where XLA widens indices in the loop (a fact of the CPU).
 WIDENS = _cpu.xla_widens_column_indices()
 COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
+# Past INLINE_FLOPS, the fill from a pad only where XLA does not leave its loop scalar (a CPU's);
+# else, under COLUMN_SELECT_ROWS rows, the generic gather's select.
+SCALAR_PAD = _cpu.xla_scalarises_the_column_pad()
+BIG_COLUMNS = COLUMN_PAIR - {COLUMN_PAD} | {COLUMN_DIRECT} if WIDENS and SCALAR_PAD else COLUMN_PAIR
 # The linear index forward only where XLA computes it in vector instructions (a fact of the CPU).
 BY_LINEAR = {ND_LINEAR} if _cpu.xla_vectorises_linear_indices() else set()
 # The two-loop fill only where XLA splits loops into tasks (a process on two cores or more).
@@ -116,7 +120,7 @@ SELECTIONS = [
     # and its fill from a pad, where the CPU's fact holds.
     ((100, 32), np.float16, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
     ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),  # 4 bytes: no gain
-    ((2, 32, 32), np.int8, plans.gather_plan((2, 32, 32), (3, S), 2), {MOVED, *COLUMN_PAIR}),
+    ((2, 32, 32), np.int8, plans.gather_plan((2, 32, 32), (3, S), 2), {MOVED, *BIG_COLUMNS}),
     # Below COLUMNS_MIN_BYTES of output (16 KiB) the indices are not written out; the pad stays
     # where it keeps the program under INLINE_FLOPS (up to 142 ids).
     ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED}),
@@ -127,10 +131,10 @@ SELECTIONS = [
     ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), set()),
     ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
     # Up to COLUMNS_MAX_INDICES ids: past, the written indices come from memory for every row.
-    ((64, 32), np.int8, plans.gather_plan((64, 32), (2**18,), 1), {MOVED, *COLUMN_PAIR}),
+    ((64, 32), np.int8, plans.gather_plan((64, 32), (2**18,), 1), {MOVED, *BIG_COLUMNS}),
     ((16, 32), np.int8, plans.gather_plan((16, 32), (2**18 + 1,), 1), {MOVED}),
     # Under COLUMNS_FEW_ROWS rows, the indices are written out up to COLUMNS_FEW_ROWS_MAX_INDICES.
-    ((63, 32), np.int8, plans.gather_plan((63, 32), (16384,), 1), {MOVED, *COLUMN_PAIR}),
+    ((63, 32), np.int8, plans.gather_plan((63, 32), (16384,), 1), {MOVED, *BIG_COLUMNS}),
     ((63, 32), np.int8, plans.gather_plan((63, 32), (16385,), 1), {MOVED}),
     ((16, 32), jnp.int4, plans.gather_plan((16, 32), (8192,), 1), {MOVED}),  # converted to bytes
     ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1),
@@ -150,9 +154,9 @@ SELECTIONS = [
     # (INLINE_FLOPS, 1000: JAX's scatter of 16 by 63 counts 1008 flops, of 16 by 62, 992)
     ((16, 4096), np.float64, plans.gather_plan((16, 4096), (63,), 1), {LEADING, LOOKUP_PAD}),
     ((16, 4096), np.float64, plans.gather_plan((16, 4096), (62,), 1), {LOOKUP_PAD}),  # stays inline
-    ((32, 4096), np.float16, plans.gather_plan((32, 4096), (2048,), 1), {MOVED, *COLUMN_PAIR}),
-    ((31, 4096), np.float16, plans.gather_plan((31, 4096), (4096,), 1), COLUMN_PAIR),  # 2 bytes: 32
-    ((16, 4096), np.float16, plans.gather_plan((16, 4096), (2047,), 1), COLUMN_PAIR),  # 2 bytes: not leading
+    ((32, 4096), np.float16, plans.gather_plan((32, 4096), (2048,), 1), {MOVED, *BIG_COLUMNS}),
+    ((31, 4096), np.float16, plans.gather_plan((31, 4096), (4096,), 1), BIG_COLUMNS),  # 2 bytes: 32
+    ((16, 4096), np.float16, plans.gather_plan((16, 4096), (2047,), 1), BIG_COLUMNS),  # 2 bytes: not leading
     ((32, 4096, 1), ml_dtypes.bfloat16, plans.gather_plan((32, 4096, 1), (512,), 1), {MOVED}),
     ((32, 4096, 1), ml_dtypes.bfloat16, plans.gather_plan((32, 4096, 1), (511,), 1), set()),
     ((2, 8, 4096), np.float32, plans.gather_plan((2, 8, 4096), (4, 512), 2), {MOVED}),  # 16 positions
@@ -241,6 +245,23 @@ def test_which_plans_take_which_lowering(
     shape, dtype, plan, expected, rows_on_any_jax, rows_pinned_on_any_jax
 ):
     assert _cpu.lowering(plan, shape, dtype).names == (expected if ON else set())
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("scalar_pad", [False, True])
+def test_a_column_fill_past_inline_flops_reads_a_pad_only_where_its_loop_is_not_scalar(
+    scalar_pad, lowerings_on_any_cpu, monkeypatch
+):
+    monkeypatch.setattr(_cpu, "xla_scalarises_the_column_pad", lambda: scalar_pad)
+    _cpu._choose.cache_clear()
+    plan = lambda rows, ids: plans.gather_plan((rows, 4096), (ids,), 1)
+    names = lambda rows, ids: {
+        n for n in _cpu.lowering(plan(rows, ids), (rows, 4096), np.int8).names if "column" in n
+    }
+    rows = _cpu.COLUMN_SELECT_ROWS
+    assert names(rows, 2048) == ({COLUMNS} if scalar_pad else {COLUMNS, COLUMN_PAD})  # the benchmark's
+    assert names(rows - 1, 2048) == {COLUMNS, COLUMN_DIRECT if scalar_pad else COLUMN_PAD}
+    assert COLUMN_PAD in names(64, S + 1)  # under INLINE_FLOPS with the pad, over without it
 
 
 # (data shape, dtype, plan, read from a pad where XLA splits loops, and on one core)
@@ -401,12 +422,11 @@ def test_only_the_cpu_program_holds_the_lowering(
     ],
     ids=["gather_nd batch dims", "gather columns"],
 )  # fmt: skip
-def test_only_the_cpu_program_reads_the_fill_from_a_pad(fn, data, indices, request):
-    what = request.node.callspec.id
+def test_only_the_cpu_program_reads_the_fill_from_a_pad(fn, data, indices, lowerings_on_any_cpu):
     for platform in ("cpu", "cuda", "tpu"):
         module = module_for(fn, (data, indices), platform)
         assert module.count('"stablehlo.gather"') == 1, module
-        pads = platform == "cpu" and (WIDENS or what == "gather_nd batch dims")
+        pads = platform == "cpu"
         assert ("stablehlo.pad" in module) == pads, platform
         assert ("stablehlo.select" in module) == (not pads), platform
 
