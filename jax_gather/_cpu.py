@@ -54,7 +54,13 @@ from jax_gather._cpu_fills import (
     xla_vectorises_rows_clamped,
 )
 from jax_gather._cpu_linear import linear_index_dtype, xla_vectorises_linear_indices
-from jax_gather._cpu_rows import rows_in_units, takes_whole_rows, xla_vectorises_rows_in_units
+from jax_gather._cpu_rows import (
+    SHORT_ROWS,
+    rows_in_units,
+    short_rows_min_bytes,
+    takes_whole_rows,
+    xla_vectorises_rows_in_units,
+)
 from jax_gather._cpu_split import (
     and_loop_splits,
     indexed_loop_splits,
@@ -63,22 +69,10 @@ from jax_gather._cpu_split import (
 )
 from jax_gather._fill import clamped_bits, element_bits, narrow_float, xla_cpu_converts_select
 from jax_gather._fill_pin import opaque_fill
-from jax_gather._lowering import GENERIC, Lowering
+from jax_gather._lowering import GENERIC, Lowering, one_slice
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
 
-# Fact: XLA:CPU copies a slice row of 16 to 64 elements with a loop that LLVM unrolls into scalar
-# moves, with no vector instruction; rows of 80 or more it vectorises.
-SHORT_ROWS = range(16, 65)
-# Fact: XLA's cost analysis counts the bitcasts to bytes on every element of data, which makes
-# XLA:CPU split the gather's loop into one task per core (its parallel task assignment); waking
-# the other cores costs more than the vector copy saves below this many bytes of output, where
-# the generic loop runs as one task. The copy saves more a byte where the scalar moves it
-# replaces are of one byte. Measured (docs/results/2026-11-design-measurements.md): 64 KiB 1.4-2.6x
-# slower, 128 KiB level; at 256 KiB int8 0.59-0.96 of the time without it, but bfloat16 and
-# float32 0.77-1.77 (an AMD EPYC); from 512 KiB those 0.70-1.07.
-SHORT_ROWS_MIN_BYTES = 512 << 10
-SHORT_ROWS_MIN_BYTES_OF_BYTES = 256 << 10  # for one-byte data
 # The index arithmetic of a fill's slots costs 5 flops per index component, 7 with int64 indices
 # (at most), so a row lookup of this many components stays under INLINE_FLOPS once it has no
 # select of the fill.
@@ -163,25 +157,21 @@ class Row(NamedTuple):
 
 
 def _short_rows(site: Site) -> bool:
-    """Rows of 16-64 elements taken whole, for an output of short_rows_min_bytes or more:
-    below, the tasks cost more than the copy saves. Not where its bitcasts would move the program
-    to a worker thread (_hand_over_pays), nor before a fill's select of pinned rows that XLA:CPU
-    vectorises (with the clamp where chosen, or the exclusive or), whose loop reads the rows as
-    they are: in bytes, the fill measured slower (jax_gather._cpu_fills)."""
+    """Rows of 16-64 elements taken whole, for an output of short_rows_min_bytes or more (more of
+    one slice without a fill): below, the tasks cost more than the copy saves. Not where its
+    bitcasts would move the program to a worker thread (_hand_over_pays), nor before a fill's
+    select of pinned rows that XLA:CPU vectorises (with the clamp where chosen, or the exclusive
+    or), whose loop reads the rows as they are: in bytes, the fill measured slower."""
     plan, shape, dtype = site.plan, site.shape, site.dtype
     rows = takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
-    big = rows and _output_bytes(plan, dtype) >= short_rows_min_bytes(dtype)
+    broadcast = site.index_flops is not None and one_slice(shape, plan)  # XLA's, of one slice
+    big = rows and _output_bytes(plan, dtype) >= short_rows_min_bytes(dtype, broadcast)
     if not (big and _hand_over_pays(site, INLINE_FLOPS) and xla_vectorises_rows_in_units()):
         return False
     if not (row := _pinned_rows(site)):
         return True  # no pinned select
     clamped = "rows_pinned_by_a_clamp" not in _disabled and xla_vectorises_rows_clamped(dtype, row)
     return not (clamped or xla_vectorises_pinned_rows(dtype, row))  # either pin's vector select
-
-
-def short_rows_min_bytes(dtype: Any) -> int:
-    """The output size from which ``short_rows_in_bytes`` is chosen for ``dtype``'s data."""
-    return SHORT_ROWS_MIN_BYTES_OF_BYTES if np.dtype(dtype).itemsize == 1 else SHORT_ROWS_MIN_BYTES
 
 
 def _columns(site: Site) -> bool:

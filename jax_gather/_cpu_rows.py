@@ -20,6 +20,33 @@ from jax_gather.plans import GatherPlan, gather_plan
 # In bytes (nibbles for one-byte types) XLA emits a longer loop body that LLVM keeps and
 # vectorises, folding the bitcasts' shifts back into whole-element moves. Bit-exact.
 
+# Fact: XLA:CPU copies a slice row of 16 to 64 elements with a loop that LLVM unrolls into scalar
+# moves, with no vector instruction; rows of 80 or more it vectorises.
+SHORT_ROWS = range(16, 65)
+# Fact: XLA's cost analysis counts the bitcasts to bytes on every element of data, which makes
+# XLA:CPU split the gather's loop into one task per core (its parallel task assignment); waking
+# the other cores costs more than the vector copy saves below this many bytes of output, where
+# the generic loop runs as one task. The copy saves more a byte where the scalar moves it
+# replaces are of one byte. Measured (docs/results/2026-11-design-measurements.md): 64 KiB 1.4-2.6x
+# slower, 128 KiB level; at 256 KiB int8 0.59-0.96 of the time without it, but bfloat16 and
+# float32 0.77-1.77 (an AMD EPYC); from 512 KiB those 0.70-1.07.
+SHORT_ROWS_MIN_BYTES = 512 << 10
+SHORT_ROWS_MIN_BYTES_OF_BYTES = 256 << 10  # for one-byte data
+# Fact: where every index reads one slice (an indexed axis of one entry), XLA makes the gather a
+# broadcast of that slice, and the bitcasts back from bytes, fused into it, a shift and an or a
+# byte of the output. Without a fill's select (whose mask jnp's program computes too), in bytes took
+# 1.21-1.75x the broadcast's time at 256 KiB-2.3 MiB of output (int8 rows of 64, int32 and float32
+# of 35), 1.03 at 4.6 MiB, 0.80 at 9 MiB (int32 rows of 35), 0.27-0.73 for int8 rows of 64 from
+# 512 KiB and 0.44-0.58 for bfloat16 rows of 32 from 2 MiB (AMD EPYC, JAX 0.10.2, 15 rounds).
+SHORT_ROWS_BROADCAST_FACTOR = 8
+
+
+def short_rows_min_bytes(dtype: Any, broadcast: bool = False) -> int:
+    """The output size from which ``short_rows_in_bytes`` is chosen for ``dtype``'s data
+    (``broadcast``: of one slice, without a fill)."""
+    least = SHORT_ROWS_MIN_BYTES_OF_BYTES if np.dtype(dtype).itemsize == 1 else SHORT_ROWS_MIN_BYTES
+    return least * SHORT_ROWS_BROADCAST_FACTOR if broadcast else least
+
 
 def rows_in_units(data: jax.Array, idx: jax.Array, plan: GatherPlan, *, unit: Any) -> jax.Array:
     """The plan's gather of whole rows, each read as a row of ``unit`` (uint8 or uint4)."""

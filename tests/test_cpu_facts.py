@@ -126,7 +126,7 @@ def test_rows_in_bytes_are_chosen_where_xla_copies_them_with_vector_instructions
     # Through JAX 0.10 it does (x86-64 with AVX-512 and with AVX2); from JAX 0.11 it does not,
     # and the lowering is left out. The library's program is vectorised exactly where it says.
     gather = lambda d, i: jax_gather.gather(d, i, mode="promise_in_bounds")
-    data, ids = np.zeros((1000, 32), np.float32), np.zeros(_cpu.SHORT_ROWS_MIN_BYTES // 128, np.int32)
+    data, ids = np.zeros((1000, 32), np.float32), np.zeros(_cpu_rows.SHORT_ROWS_MIN_BYTES // 128, np.int32)
     vectorised = _cpu_rows.xla_vectorises_rows_in_units()
     assert bool(_vector_types(_optimized_ir(gather, data, ids))) == vectorised
     plan = plans.gather_plan(data.shape, ids.shape, 0)
@@ -168,7 +168,7 @@ def test_a_fill_of_bfloat16_rows_reads_them_whole_where_xla_vectorises_its_selec
     # loop reads the rows as they are, and in bytes the fill measured slower. The probe's
     # two-row lookup answers for the library's program (rows of 60-64 vectorised with the
     # exclusive or, 16-58 not: x86-64 with AVX-512, JAX 0.10), and the choice follows it.
-    data, ids = np.zeros((1000, width), BF16), np.zeros(_cpu.SHORT_ROWS_MIN_BYTES // width, np.int32)
+    data, ids = np.zeros((1000, width), BF16), np.zeros(_cpu_rows.SHORT_ROWS_MIN_BYTES // width, np.int32)
     plan = plans.gather_plan(data.shape, ids.shape, 0)
     fact = _cpu_fills.xla_vectorises_pinned_rows(np.dtype(BF16), (width,))
     whole = fact or _cpu_fills.xla_vectorises_rows_clamped(np.dtype(BF16), (width,))
@@ -459,6 +459,25 @@ def test_rows_in_bytes_count_flops_over_all_of_data():
     assert _flops(jax.jit(in_bytes).lower(*_on_cpu(data, idx)).compile()) >= _cpu_client.INLINE_FLOPS
     direct = functools.partial(_lowering.direct, plan=plan)
     assert _flops(jax.jit(direct).lower(*_on_cpu(data, idx)).compile()) < _cpu_client.INLINE_FLOPS
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("dtype", [np.int32, np.int8])
+def test_xla_makes_a_gather_of_one_slice_a_broadcast_and_fuses_the_bitcasts_from_bytes_into_it(dtype):
+    # Why one slice's short rows are read in bytes only from more output without a fill: jnp's
+    # program is the broadcast alone; in bytes, XLA puts each element back together in it.
+    data, idx = np.zeros((1, 35), dtype), np.zeros((5170, 1), np.int32)
+    plan = plans.gather_plan(data.shape, (5170,), 0)
+    unit = jnp.uint4 if data.itemsize == 1 else jnp.uint8
+    in_bytes = _compiled_text(functools.partial(_cpu_rows.rows_in_units, plan=plan, unit=unit), data, idx)
+    direct = _compiled_text(functools.partial(_lowering.direct, plan=plan), data, idx)
+    for text in (in_bytes, direct):
+        assert " gather(" not in text and " broadcast(" in text, text
+    assert " shift-left(" in in_bytes and " shift-left(" not in direct, in_bytes
+    two_rows = np.zeros((2, 35), dtype)  # a gather again
+    assert " gather(" in _compiled_text(
+        functools.partial(_lowering.direct, plan=plans.gather_plan((2, 35), (5170,), 0)), two_rows, idx
+    )
 
 
 # ---- NumPy arrays handed to the CPU client (jax_gather._cpu_client.aligned_for_cpu) -----------------

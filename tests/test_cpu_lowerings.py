@@ -22,6 +22,7 @@ from jax_gather import (
     _cpu_columns,
     _cpu_fills,
     _cpu_linear,
+    _cpu_rows,
     _cpu_split,
     _fill,
     _fill_pin,
@@ -54,8 +55,8 @@ S = _cpu.SHORT_LOOKUP_INDICES
 ROWS_PER_INDEX = _cpu_columns.COLUMN_ROWS
 # Ids enough for rows of 64 bytes to reach SHORT_ROWS_MIN_BYTES of output (8192), and rows of 32
 # bytes of one-byte data to reach SHORT_ROWS_MIN_BYTES_OF_BYTES.
-R = _cpu.SHORT_ROWS_MIN_BYTES // 64
-assert _cpu.SHORT_ROWS_MIN_BYTES_OF_BYTES // 32 == R
+R = _cpu_rows.SHORT_ROWS_MIN_BYTES // 64
+assert _cpu_rows.SHORT_ROWS_MIN_BYTES_OF_BYTES // 32 == R
 # The column lowerings are chosen only where XLA widens indices in the loop (a fact of the CPU).
 WIDENS = _cpu.xla_widens_column_indices()
 COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
@@ -529,6 +530,31 @@ def test_a_program_without_index_arithmetic_keeps_its_thread(
     assert (name in _cpu.lowering(plan, shape, dtype, index_flops).names) == (chosen and ON)
 
 
+# Ids of int32 rows of 35 (140 bytes) from which one slice's rows are read in bytes without a fill.
+ONE_SLICE_IDS = -(-_cpu_rows.short_rows_min_bytes(np.int32, broadcast=True) // 140)
+
+
+@pytest.mark.parametrize(
+    "ids, index_flops, chosen",
+    [
+        (5170, 3, False),  # 707 KiB, a promise: XLA's broadcast of the one row
+        (5170, None, True),  # a fill: its select is there either way
+        (ONE_SLICE_IDS - 1, 3, False),
+        (ONE_SLICE_IDS, 3, True),
+        (ONE_SLICE_IDS, 0, True),  # no index arithmetic, past HANDOFF_MIN_BYTES too
+    ],
+)
+def test_short_rows_of_one_slice_without_a_fill_are_read_in_bytes_only_from_more_output(
+    ids, index_flops, chosen, lowerings_on_any_cpu, rows_on_any_jax
+):
+    # XLA makes the gather a broadcast, and the bitcasts back from bytes, fused into it, a shift and
+    # an or a byte (int32 rows of 35 by 5170 ids, a promise: 1.4-2.4x jnp's time in bytes).
+    one_slice = plans.gather_plan((1, 35), (ids,), 0)
+    assert (ROWS in _cpu.lowering(one_slice, (1, 35), np.int32, index_flops).names) == (chosen and ON)
+    two_rows = plans.gather_plan((2, 35), (ids,), 0)
+    assert (ROWS in _cpu.lowering(two_rows, (2, 35), np.int32, index_flops).names) == ON
+
+
 # ---- results, bit for bit ------------------------------------------------------------------------
 
 
@@ -548,7 +574,7 @@ def test_short_rows_in_bytes_are_bit_exact(dtype, jit, rows_on_any_jax):
     # Random bytes: NaN payloads, -0.0, infinities and subnormals, which a conversion would change.
     with enable_x64(np.dtype(dtype).itemsize == 8):
         data = random_bits(np.random.default_rng(0), dtype, (40, 6, 24))
-        indices = make_indices((_cpu.SHORT_ROWS_MIN_BYTES // 24 + 1, 2), (40, 6), np.int32, seed=1)
+        indices = make_indices((_cpu_rows.SHORT_ROWS_MIN_BYTES // 24 + 1, 2), (40, 6), np.int32, seed=1)
         plan = plans.gather_nd_plan(data.shape, indices.shape, 0)
         assert (ROWS in _cpu.lowering(plan, data.shape, data.dtype).names) == ON
         fn = lambda d, i: jax_gather.gather_nd(d, i)

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, note, settings, strategies as st
 
 import jax_gather
-from jax_gather import _cpu, _cpu_columns, _fill
+from jax_gather import _cpu, _cpu_columns, _cpu_rows, _fill
 from tests import reference
 from tests.compat import enable_x64
 from tests.programs import stdout_with_cpu_devices
@@ -102,7 +102,7 @@ def cases(draw, dtype):
     count = draw(st.sampled_from(COUNTS))
     if op == "rows" and draw(st.integers(0, 4)) == 0:
         # About the output size from which short rows are read in bytes (counts beyond COUNTS).
-        at = math.ceil(_cpu.short_rows_min_bytes(dtype) * 8 / (width * _bits(dtype)))
+        at = math.ceil(_cpu_rows.short_rows_min_bytes(dtype) * 8 / (width * _bits(dtype)))
         count = draw(st.sampled_from([at - 1, at]))
     rows = draw(st.sampled_from(COLUMN_ROWS if op == "columns" else [1, 3, 10]))
     mode = draw(st.sampled_from(MODES))
