@@ -63,11 +63,13 @@ from jax_gather._cpu_rows import (
 )
 from jax_gather._cpu_split import (
     and_loop_splits,
+    converted_on_the_way,
     indexed_loop_splits,
+    jnp_splits_its_element_loop,
     jnp_splits_its_index_loop,
     nd_fill_loop_splits,
 )
-from jax_gather._fill import clamped_bits, element_bits, narrow_float, xla_cpu_converts_select
+from jax_gather._fill import clamped_bits, element_bits, narrow_float
 from jax_gather._fill_pin import opaque_fill
 from jax_gather._lowering import GENERIC, Lowering, one_slice
 from jax_gather._x64 import x64_on
@@ -309,16 +311,19 @@ def _reads_little(site: Site) -> bool:
 
 def _nd_two_loops(site: Site) -> bool:
     """A GatherND fill of index tuples (of two components or more) of one element each, without
-    batch dims, of data not converted to bytes, whose one loop XLA:CPU would split where it keeps
-    jnp's loops whole (below what jnp's index loop splits at: 32768 pairs). Not in a process on
-    one core, where it splits no loop: there, the one loop took 0.74-0.80 of the two's time (8192
-    int8 pairs, AMD EPYC pinned to one core)."""
+    batch dims, whose one loop XLA:CPU would split where it keeps jnp's index loop whole (below
+    32768 pairs), and for the sub-byte types it converts to bytes, jnp's element loop too (where
+    that splits, the one split loop took 0.65-0.80 of jnp's time, two 0.87-1.05: int4 pairs from
+    tables of 25-40000 elements; bfloat16 and float8 pairs in two loops 0.39-0.63, in one 0.57-0.96).
+    Not in a process on one core, where it splits no loop: there, the one loop took 0.74-0.80 of
+    the two's time (8192 int8 pairs, AMD EPYC pinned to one core)."""
     elements = math.prod(site.plan.slice_sizes) == 1
-    converted = element_bits(site.dtype) < 8 and xla_cpu_converts_select(site.dtype)
-    if not (_unbatched_tuples(site.plan) and elements and not converted and xla_splits_loops()):
-        return False  # int4, uint4, float4_e2m1fn are converted to bytes on the way: not counted here
+    if not (_unbatched_tuples(site.plan) and elements and xla_splits_loops()):
+        return False
     counted = (site.plan, site.shape, site.dtype, site.components)
-    return nd_fill_loop_splits(*counted) and not jnp_splits_its_index_loop(site.components)
+    jnps = jnp_splits_its_index_loop(site.components)
+    jnps = jnps or (converted_on_the_way(site.dtype) and jnp_splits_its_element_loop(*counted))
+    return nd_fill_loop_splits(*counted) and not jnps
 
 
 def _nd_written_indices(site: Site) -> bool:

@@ -32,12 +32,34 @@ def loop_splits(flops: int, nbytes: int) -> bool:
 
 def nd_fill_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
     """Whether XLA:CPU splits the one loop of an element GatherND's fill, for int32 indices: 7
-    flops per index component, 3 more per element for the floats it selects as bits (and 1 per
-    data element, converted); as bytes its indices, output and data."""
+    flops per index component, 3 more per element for the floats it selects as bits and for the
+    sub-byte types it converts to bytes (and 1 per data element, converted); as bytes its
+    indices, output and data."""
+    return loop_splits(*_element_loop(plan, shape, dtype, components, 7))
+
+
+def jnp_splits_its_element_loop(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
+    """Whether XLA:CPU splits the loop in which jnp's fill of GatherND elements gathers and
+    selects from the indices its first loop wrote out: 4 flops per index component, the rest as
+    the library's one loop (exactly so, float32 to float4_e2m1fn, tables of 25 to 2**18 elements),
+    or from SPLIT_ANYWAY_BYTES."""
+    flops, nbytes = _element_loop(plan, shape, dtype, components, 4)
+    return loop_splits(flops, nbytes) or nbytes >= SPLIT_ANYWAY_BYTES
+
+
+def _element_loop(
+    plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int, per_component: int
+) -> tuple[int, int]:
+    """XLA's count of flops and bytes of a fill's loop over GatherND elements."""
     k, data = len(plan.dimension_numbers.start_index_map), math.prod(shape)
-    tuples, bits = components // k, selected_as_bits(dtype)
-    flops = tuples * (7 * k + 3 * bits) + data * bits
-    return loop_splits(flops, tuples * (4 * k) + (tuples + data) * element_bits(dtype) // 8)
+    tuples, bits = components // k, selected_as_bits(dtype) or converted_on_the_way(dtype)
+    flops = tuples * (per_component * k + 3 * bits) + data * bits
+    return flops, tuples * (4 * k) + (tuples + data) * element_bits(dtype) // 8
+
+
+def converted_on_the_way(dtype: np.dtype) -> bool:
+    """A sub-byte type XLA:CPU converts to bytes to select it (int4, uint4, float4_e2m1fn)."""
+    return element_bits(dtype) < 8 and xla_cpu_converts_select(dtype)
 
 
 def jnp_splits_its_index_loop(components: int) -> bool:

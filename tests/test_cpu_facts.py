@@ -52,6 +52,7 @@ CPU = jax.devices("cpu")[0]
 needs_cpu_lowerings = pytest.mark.skipif(
     not _cpu.PLATFORM_DEPENDENT_PRUNES, reason="the CPU lowerings need JAX 0.7.0"
 )
+FP4 = ml_dtypes.float4_e2m1fn
 # The library's question of this CPU, kept before a fixture answers it for the test's sake.
 SCALAR_COLUMN_PAD = _cpu_fills.xla_scalarises_the_column_pad
 
@@ -555,18 +556,39 @@ def test_xla_splits_the_one_loop_of_a_gather_nd_fill_where_its_cost_analysis_cou
         and _cpu_split.nd_fill_loop_splits(plans.gather_nd_plan(shape, (n, 2)), shape, np.dtype(dtype), 2 * n)
     )
     with _cpu.without("nd_fill_in_two_loops"):
-        for dtype in (jnp.bfloat16, jnp.float16, jnp.int8, jnp.float32, ml_dtypes.int2):  # int2 as it is
-            for shape in ((64, 64), (512, 512)):
+        # int2 selected as it is; int4 and float4_e2m1fn converted to bytes on the way.
+        for dtype in (jnp.bfloat16, jnp.float16, jnp.int8, jnp.float32, ml_dtypes.int2, jnp.int4, FP4):
+            for shape in ((5, 5), (64, 64), (512, 512)):
                 for n in (512, 1024, 2048, 4096):
                     data, ids = np.zeros(shape, dtype), np.zeros((n, 2), np.int32)
                     split = "outer_dimension_partitions" in _compiled_text(fill, data, ids)
                     said = counted(shape, n, dtype)
-                    assert split == said if shape == (64, 64) else split or not said, (dtype, shape, n)
+                    assert split == said if shape != (512, 512) else split or not said, (dtype, shape, n)
     data, ids = np.zeros((64, 64), jnp.bfloat16), np.zeros((4096, 2), np.int32)
     assert counted((64, 64), 4096, jnp.bfloat16) == splits
     chosen = _compiled_text(fill, data, ids)
     assert _entry_ops(chosen) == (["fusion", "fusion"] if splits else ["fusion"])
     assert "outer_dimension_partitions" not in chosen
+
+
+@pytest.mark.parametrize(
+    "dtype", [jnp.float32, jnp.bfloat16, jnp.int8, jnp.int4, FP4, ml_dtypes.int2, ml_dtypes.float8_e4m3fn]
+)
+def test_xla_splits_the_element_loop_of_jnps_gather_nd_fill_where_the_library_counts_it_so(dtype):
+    # What nd_fill_in_two_loops asks of jnp's program for the types converted to bytes on the way:
+    # where jnp's loop that gathers and selects splits too, the library's one split loop is faster.
+    jnps_fill = lambda d, i: d.at[i[:, 0], i[:, 1]].get(mode="fill")
+    for shape in ((5, 5), (30, 30), (64, 64), (512, 512)):
+        for n in (512, 1024, 2048, 3000, 4096, 8192):
+            data, ids = np.zeros(shape, dtype), np.zeros((n, 2), np.int32)
+            text = _compiled_text(jnps_fill, data, ids)
+            (root,) = [line for line in text[text.index("ENTRY") :].splitlines() if "ROOT" in line]
+            plan = plans.gather_nd_plan(shape, (n, 2))
+            said = _cpu_split.jnp_splits_its_element_loop(plan, shape, np.dtype(dtype), 2 * n)
+            assert ("outer_dimension_partitions" in root) == (said and _cpu_client.xla_splits_loops()), (
+                shape,
+                n,
+            )
 
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux's CPU affinity")
@@ -1107,6 +1129,7 @@ _SPLIT_CELLS = [
     grid.Cell("gather_nd pairs", "float8_e4m3fn", 2, 2048),
     grid.Cell("gather_nd pairs", "int2", 1, 2048),  # int2 selected as it is: nd_fill_in_two_loops
     grid.Cell("gather_nd pairs", "int2", 8, 2048),  # nd_fill_from_written_indices
+    grid.Cell("gather_nd pairs", "int4", 1, 2048, 30),  # converted elements: nd_fill_in_two_loops
 ]
 
 

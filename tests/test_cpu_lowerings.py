@@ -216,7 +216,12 @@ SELECTIONS = [
     ((64, 64, 1), np.float32, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # data's bytes: not split
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (4096, 2)), {LINEAR, *SPLIT}),
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (2048, 2)), {LINEAR}),
-    ((64, 64, 1), jnp.int4, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # converted to bytes
+    # Converted to bytes on the way: where jnp's loop that gathers and selects splits too, one loop.
+    ((64, 64, 1), jnp.int4, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),
+    ((64, 64, 1), jnp.int4, plans.gather_nd_plan((64, 64, 1), (2048, 2)), set()),
+    ((5, 5, 1), jnp.int4, plans.gather_nd_plan((5, 5, 1), (2048, 2)), SPLIT),  # jnp's stays whole
+    ((5, 5, 1), ml_dtypes.float4_e2m1fn, plans.gather_nd_plan((5, 5, 1), (2048, 2)), SPLIT),
+    ((5, 5, 1), jnp.int4, plans.gather_nd_plan((5, 5, 1), (1024, 2)), set()),  # not split
     ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (512, 2)), {AND}),  # rows
     # Where the and-ed loop would split (_cpu_split.and_loop_splits) the mask is jnp's.
     ((64, 64, 4), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 4), (4096, 2)), PINNED_SPLIT),
@@ -989,6 +994,21 @@ def test_a_fill_from_written_indices_gives_numpys_bits(dtype, written_indices_on
             # Every index the gather reads is in range: JAX's own index checks flag none.
             checked = checkify.checkify(jax.jit(lambda d, i: call(d, i, None)), errors=checkify.index_checks)
             checked(data, indices)[0].throw()
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize(
+    "dtype", [jnp.int4, ml_dtypes.uint4, ml_dtypes.float4_e2m1fn], ids=lambda d: np.dtype(d).name
+)
+def test_a_fill_of_elements_converted_on_the_way_in_two_loops_gives_numpys_bits(dtype, lowerings_on_any_cpu):
+    # Pairs of one element from a table of 25 (where the one loop splits and jnp's stays whole).
+    dtype, rng = np.dtype(dtype), np.random.default_rng(7)
+    data, indices = _codes(rng, dtype, (5, 5)), make_wild_indices((2048, 2), (5, 5), np.int32, 8)
+    assert TWO_LOOPS in _cpu.lowering(plans.gather_nd_plan((5, 5), (2048, 2)), (5, 5), dtype).names
+    for fill in (None, data[0, 0]):
+        out = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, mode="fill", fill_value=fill))(data, indices)
+        given = np.asarray(_fill.default_fill_value(dtype) if fill is None else fill).astype(dtype)
+        _assert_same_bits(out, reference.gather_nd(data, indices, mode="fill", fill=given))
 
 
 @needs_cpu_lowerings
