@@ -3,7 +3,6 @@ the generic gather and its select from index slots written out."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import re
@@ -18,7 +17,7 @@ from jax_gather._cpu_client import INLINE_FLOPS, kernel_ir_holds
 from jax_gather._cpu_columns import columns_by_written_indices
 from jax_gather._fill import PinFn, clamped_bits, pinned_bits, xla_cpu_keeps_bits
 from jax_gather._fill_pin import opaque_fill, pins_the_fill
-from jax_gather._lowering import GENERIC, Lowering, direct, gather_or_fill, one_slice, select_fill
+from jax_gather._lowering import GENERIC, FillFn, Lowering, direct, gather_or_fill, one_slice, select_fill
 from jax_gather._traced_bounds import axis_sizes, in_bounds_mask, written_indices
 from jax_gather.plans import GatherPlan, gather_plan
 
@@ -87,14 +86,13 @@ def xla_scalarises_the_column_pad() -> bool:
     gather from a pad to scalar instructions and its select to vector ones: the LLVM IR of both
     fills of 1024 ids of 64 rows (about 100 ms)."""
     plan = gather_plan((64, 4096), (1024,), 1)
-    columns = Lowering(forward=columns_by_written_indices)
 
-    def vectorised(low: Lowering) -> bool:
+    def vectorised(fill_fn: FillFn | None) -> bool:
+        low = Lowering(forward=columns_by_written_indices, fill=fill_fn)
         fill = lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), jnp.zeros((), jnp.int8), plan, low)
         return kernel_ir_holds(_BYTE_VECTORS, fill, ((64, 4096), jnp.int8), ((1024,), jnp.int32))
 
-    pad = dataclasses.replace(columns, fill=column_fill_from_pad)
-    return vectorised(columns) and not vectorised(pad)
+    return vectorised(None) and not vectorised(column_fill_from_pad)  # the select's, the pad's
 
 
 # ---- GatherND's fill from index vectors written out ---------------------------------------------

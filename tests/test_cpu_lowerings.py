@@ -63,7 +63,7 @@ COLUMN_PAIR = {COLUMNS, COLUMN_PAD} if WIDENS else set()
 # Past INLINE_FLOPS, the fill from a pad only where XLA does not leave its loop scalar (a CPU's);
 # else, under COLUMN_SELECT_ROWS rows, the generic gather's select.
 SCALAR_PAD = _cpu.xla_scalarises_the_column_pad()
-BIG_COLUMNS = COLUMN_PAIR - {COLUMN_PAD} | {COLUMN_DIRECT} if WIDENS and SCALAR_PAD else COLUMN_PAIR
+BIG_COLUMNS = (COLUMN_PAIR - {COLUMN_PAD}) | {COLUMN_DIRECT} if WIDENS and SCALAR_PAD else COLUMN_PAIR
 # The linear index forward only where XLA computes it in vector instructions (a fact of the CPU).
 BY_LINEAR = {ND_LINEAR} if _cpu.xla_vectorises_linear_indices() else set()
 # The two-loop fill only where XLA splits loops into tasks (a process on two cores or more).
