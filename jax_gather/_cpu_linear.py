@@ -77,7 +77,10 @@ def xla_vectorises_linear_indices() -> bool:
 # keep the loop in vector instructions; a last dim of a power of two divides by a shift (an index
 # of rank two). Measured (AMD EPYC, JAX 0.10, two tasks): the index of 5263 rows of 57 took 234 us,
 # of 4687 rows of 64 62 us; the derivative by it 1.12-1.24x JAX's own, over 5264 rows 0.6. From
-# JAX 0.12 XLA vectorises such a loop either way: the CPU at hand and its JAX are asked, once.
+# JAX 0.12 XLA vectorises such a loop of rank two either way: the CPU at hand and its JAX are
+# asked, once. Over more dims JAX 0.12 vectorises some split rows and not others (the AMD EPYC with
+# AVX2: 3 x 1754 x 57 and 3 x 2 x 1755 x 57 yes, 3 x 1755 x 57 and 3 x 5263 x 19 no), so those
+# keep JAX's derivative unless their tasks start at rows.
 TASK_BYTES = 256 << 10
 
 
@@ -102,9 +105,10 @@ def index_tasks_start_at_rows(shape: tuple, x64: bool) -> bool:
 
 @functools.cache
 def xla_scalarises_split_rows() -> bool:
-    """Whether XLA:CPU, in this process, computes the derivative's linear index one element at a
-    time where a task of its split starts inside a row: asked once a process, by the LLVM IR of
-    the derivative over 5263 rows of 57 (about 100 ms; no split on one core, so no)."""
+    """Whether XLA:CPU, in this process, computes the derivative's linear index of an output of
+    rank two one element at a time where a task of its split starts inside a row: asked once a
+    process, by the LLVM IR of the derivative over 5263 rows of 57 (about 100 ms; no split on one
+    core, so no)."""
     plan = gather_elements_plan((5263, 57), (5263, 57), -1)
     by_linear = functools.partial(by_linear_index, plan=plan, dtype=jnp.int32)
     grad = jax.grad(lambda d, i: by_linear(d, i[..., None]).sum())

@@ -83,6 +83,8 @@ SPLIT_PAD = {LOOKUP_PAD} if _cpu.xla_splits_loops() else set()
 # The linear derivative of an odd count of rows only where XLA does not split its index's loop,
 # or computes it in vector instructions all the same (from JAX 0.12).
 ODD_ROWS = set() if _cpu.xla_splits_loops() and _cpu_linear.xla_scalarises_split_rows() else {LINEAR}
+# Over more dims than two, a split row keeps JAX's derivative whatever this JAX does at rank two.
+ODD_ROWS_OF_RANK_3 = set() if _cpu.xla_splits_loops() else {LINEAR}
 
 
 # (data shape, dtype, plan, the lowerings it takes on one CPU device)
@@ -195,7 +197,9 @@ SELECTIONS = [
     ((5263, 57), np.float32, plans.gather_elements_plan((5263, 57), (5263, 57), 1), ODD_ROWS),
     ((5264, 57), np.float32, plans.gather_elements_plan((5264, 57), (5264, 57), 1), {LINEAR}),
     ((4687, 64), np.float32, plans.gather_elements_plan((4687, 64), (4687, 64), 1), {LINEAR}),
-    ((3, 1563, 64), np.float32, plans.gather_elements_plan((3, 1563, 64), (3, 1563, 64), 2), ODD_ROWS),
+    ((3, 1563, 64), np.float32, plans.gather_elements_plan((3, 1563, 64), (3, 1563, 64), 2),
+     ODD_ROWS_OF_RANK_3),
+    ((6, 877, 57), np.float32, plans.gather_elements_plan((6, 877, 57), (6, 877, 57), 2), {LINEAR}),
     ((40,), np.float32, plans.gather_plan((40,), (9,), 0), set()),  # one dim already
     ((40,), np.float32, plans.gather_nd_plan((40,), (9, 1)), set()),
     (HUGE, np.int8, plans.gather_nd_plan(HUGE, (1000, 2)), set()),  # int32 would wrap, no x64
@@ -319,6 +323,25 @@ def test_the_linear_derivative_needs_each_task_xla_may_split_its_index_into_to_s
     _cpu._choose.cache_clear()
     try:
         names = _cpu.lowering(plan, (rows, 57), np.float32).names
+    finally:
+        _cpu._choose.cache_clear()
+    assert names == ({LINEAR} if ON and chosen else set())
+
+
+@pytest.mark.parametrize(
+    "shape, chosen", [((3, 1755, 57), False), ((6, 877, 57), True), ((3, 2, 1755, 57), False)]
+)
+def test_the_linear_derivative_over_three_dims_or_more_needs_its_tasks_to_start_at_rows(
+    monkeypatch, shape, chosen
+):
+    # Whatever this JAX does with a split row of rank two (scalar False: vectorised), a split row
+    # over more dims keeps JAX's derivative (JAX 0.12 vectorises 3 x 1754 x 57 and not 3 x 1755 x 57).
+    monkeypatch.setattr(_cpu_linear, "usable_cores", lambda: 2)
+    monkeypatch.setattr(_cpu_linear, "xla_scalarises_split_rows", lambda: False)
+    plan = plans.gather_elements_plan(shape, shape, -1)
+    _cpu._choose.cache_clear()
+    try:
+        names = _cpu.lowering(plan, shape, np.float32).names
     finally:
         _cpu._choose.cache_clear()
     assert names == ({LINEAR} if ON and chosen else set())
