@@ -67,6 +67,12 @@ FEW_PAIRS = bench.Case("gather_nd, 45 pairs of rows of 8", "gather_nd", 0, (256,
 # And a few bfloat16 rows (of 2 at --scale 4), whose fill's select keeps its bits through a
 # pinned fill where XLA:CPU selects bfloat16 as it is (JAX 0.11 and later).
 FEW_ROWS = bench.Case("gather axis 0, 48 bfloat16 rows of 8", "gather", 0, (4096, 8), (48,), True, "bfloat16")
+# And bfloat16 elements each of their own after batch dims, whose fill's select LLVM makes one of
+# bfloat vectors through JAX 0.10 (on x86-64 without native bfloat16, a branch an element).
+OWN_ELEMENTS = bench.Case(
+    "gather_elements axis 1, 2**20 bfloat16 elements", "gather_elements", 1, (1 << 20, 1), (1 << 20, 1), True,
+    "bfloat16",
+)  # fmt: skip
 EXTRA = (
     SHORT_LOOKUP,
     BATCHED_PAIRS,
@@ -78,6 +84,7 @@ EXTRA = (
     FEW_COLUMNS,
     FEW_PAIRS,
     FEW_ROWS,
+    OWN_ELEMENTS,
 )
 CASES = {c.name: c for c in (*bench.CASES, *EXTRA)}
 
@@ -265,6 +272,7 @@ def choices() -> list[Choice]:
         Choice(
             "fill_pinned_instead_of_rows", FEW_ROWS.name, "default mode", ("fill_pinned_instead_of_rows",)
         ),
+        Choice("fill_pinned_for_elements", OWN_ELEMENTS.name, "default mode", ("fill_pinned_for_elements",)),
         *(
             Choice("tuple_mask_by_and", case, "default mode", ("tuple_mask_by_and",))
             for case in ("gather_nd rows", "gather_nd rows bfloat16", "gather_nd rows int8", FEW_PAIRS.name)

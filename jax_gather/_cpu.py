@@ -44,6 +44,7 @@ from jax_gather._cpu_columns import columns_by_written_indices, reads_columns, x
 from jax_gather._cpu_fills import (
     all_components,
     column_fill_from_pad,
+    element_pin,
     fill_after_written_indices,
     fill_after_written_slots,
     pinned_rows,
@@ -364,6 +365,15 @@ def _pinned_rows(site: Site) -> tuple[int, ...]:
     return pinned_rows(site.plan, site.dtype, SHORT_ROWS[-1]) if site.index_flops is None else ()
 
 
+def _element_pin(site: Site) -> Any:
+    """How a fill's select keeps the bits of single elements, where not as the generic select."""
+    return (
+        element_pin(site.plan, site.shape, site.dtype)
+        if site.index_flops is None and site.one_device
+        else None
+    )
+
+
 def _row_pin(site: Site) -> Any:
     """How a fill's select keeps the bits of its rows, where not as the generic select (None)."""
     return select_pin(site.plan, site.shape, site.dtype, SHORT_ROWS[-1]) if site.index_flops is None else None
@@ -414,6 +424,7 @@ ROWS = (
     Row("nd_fill_in_two_loops", "fill", _nd_two_loops, lambda s: fill_after_written_slots),
     Row("rows_pinned_by_a_clamp", "pin", lambda s: _row_pin(s) is clamped_bits, lambda s: clamped_bits),
     Row("fill_pinned_instead_of_rows", "pin", lambda s: _row_pin(s) is opaque_fill, lambda s: opaque_fill),
+    Row("fill_pinned_for_elements", "pin", lambda s: _element_pin(s) is opaque_fill, lambda s: opaque_fill),
     Row("tuple_mask_by_and", "mask", _tuple_slices, lambda s: all_components),
 )
 LOWERINGS = tuple(row.name for row in ROWS)

@@ -15,11 +15,20 @@ from jax import lax
 
 from jax_gather._cpu_client import INLINE_FLOPS, kernel_ir_holds
 from jax_gather._cpu_columns import columns_by_written_indices
-from jax_gather._fill import PinFn, clamped_bits, pinned_bits, xla_cpu_keeps_bits
+from jax_gather._fill import PinFn, clamped_bits, pinned_bits, selected_as_bits, xla_cpu_keeps_bits
 from jax_gather._fill_pin import opaque_fill, pins_the_fill
-from jax_gather._lowering import GENERIC, FillFn, Lowering, direct, gather_or_fill, one_slice, select_fill
+from jax_gather._lowering import (
+    GENERIC,
+    FillFn,
+    Lowering,
+    direct,
+    gather_or_fill,
+    one_slice,
+    own_elements,
+    select_fill,
+)
 from jax_gather._traced_bounds import axis_sizes, in_bounds_mask, written_indices
-from jax_gather.plans import GatherPlan, gather_plan
+from jax_gather.plans import GatherPlan, gather_elements_plan, gather_plan
 
 # ---- "fill" read from a pad of data ------------------------------------------------------------------
 # Data gets one fill_value at the end of each indexed axis and every out-of-bounds index goes to
@@ -221,6 +230,53 @@ def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) ->
     if fill and row and xla_vectorises_pinned_rows(dtype, row):
         return None  # the exclusive or's vector loop
     return opaque_fill if fill else None
+
+
+# Fact (x86-64, JAX 0.10): LLVM folds the bitcasts around the select of bfloat16 elements that
+# select_exact makes of their bit patterns into a select of bfloat vectors, which x86-64 without
+# native bfloat16 compiles to a test and branch per element: on an AMD EPYC with AVX2 (Zen 3)
+# GatherElements of (2**20, 1) along its axis took 570 us where jnp's select in float32 took 270.
+# Against a fill whose bits went through an integer op (opaque_fill) the select stays one of
+# 16-bit integers, vector instructions on any x86-64 CPU: 140 us. Its zeros are one for all on
+# one device, which XLA counts once (5 flops). From JAX 0.11, which selects bfloat16 as it is
+# (jnp's select too), bit patterns selected count 2 flops an element more, which would split
+# loops jnp keeps whole (GatherElements of (n, 1) from 2248 elements, jnp's from 65536): there,
+# as jnp's.
+BFLOAT_VECTOR_SELECT = re.compile(r"select <\d+ x i1> [^,]+, <\d+ x bfloat>")
+
+
+def element_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> PinFn | None:
+    """How a fill's select of single elements keeps its bits where the generic select (None)
+    would be one of bfloat vectors and the pinned fill's not
+    (:func:`xla_selects_bfloat_vectors_unless_pinned`): from INLINE_FLOPS output elements (on a
+    worker thread either way: its 5 flops move no program there), for the elements the generic
+    lowering does not pin (not from one slice but each its own element after batch dims)."""
+    single = math.prod(plan.slice_sizes) == 1
+    unpinned = not one_slice(shape, plan) or own_elements(shape, plan)
+    if not single or not unpinned or math.prod(plan.output_shape) < INLINE_FLOPS:
+        return None
+    return opaque_fill if xla_selects_bfloat_vectors_unless_pinned(dtype) else None
+
+
+@functools.lru_cache(maxsize=16)
+def xla_selects_bfloat_vectors_unless_pinned(dtype: np.dtype) -> bool:
+    """Whether XLA:CPU compiles the generic select of "fill" over single elements of ``dtype``, a
+    select of bit patterns (:func:`jax_gather._fill.selected_as_bits`), to a select of LLVM's
+    bfloat vectors, and the select against the pinned fill to none: asked once a process and
+    type, by the LLVM IR of a GatherElements of 64 x 33 elements both ways (about 60 ms)."""
+    # LLVM's one type of that name is bfloat16's; where XLA:CPU selects it as it is (JAX 0.11 and
+    # later), its bit patterns count 2 flops an element more (a split where jnp's loop stays whole).
+    if "bfloat" not in str(np.dtype(dtype)) or not selected_as_bits(np.dtype(dtype)):
+        return False
+    plan = gather_elements_plan((64, 33), (64, 33), 1)
+    fill: Any = np.zeros((), dtype)  # a constant also while a trace is open (a fill passed in is not folded)
+    arguments = ((64, 33), dtype), ((64, 33), jnp.int32)
+
+    def bfloat_select(low: Lowering) -> bool:
+        select = lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), fill, plan, low)
+        return kernel_ir_holds(BFLOAT_VECTOR_SELECT, select, *arguments)
+
+    return bfloat_select(GENERIC) and not bfloat_select(Lowering(pin=opaque_fill))
 
 
 def xla_vectorises_rows_clamped(dtype: Any, row: tuple[int, ...]) -> bool:

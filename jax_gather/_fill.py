@@ -244,6 +244,7 @@ def select_exact(
     on_false: jax.Array,
     zeros: jax.Array | None = None,
     pin: PinFn | None = None,
+    as_bits: bool = False,
 ) -> jax.Array:
     """``jnp.where(mask, on_true, on_false)`` that keeps every bit of the values it selects.
 
@@ -257,8 +258,13 @@ def select_exact(
     F16C, see gathered_as_bits). Where XLA:CPU moves single elements of the type through a
     wider one (:func:`xla_cpu_keeps_bits`), the selected bits are pinned on the CPU
     (:func:`pinned_bits`) by ``zeros`` (:func:`opaque_zeros` of the indices, spread to the
-    output's shape; none: not pinned), through ``pin`` (:func:`pinned_bits` where None)."""
+    output's shape; none: not pinned), through ``pin`` (:func:`pinned_bits` where None).
+    ``as_bits``: a narrow float's bit patterns selected whatever XLA makes of its select (against
+    a fill whose bits went through an integer op, XLA:CPU's select of bfloat16 as it is quiets a
+    signalling NaN)."""
     dtype = np.dtype(on_true.dtype)
+    if as_bits and zeros is None and narrow_float(dtype) and bits_type(dtype) is not None:
+        return _select_bits(mask, on_true, on_false)
     if zeros is not None and not xla_cpu_keeps_bits(dtype):
         default = functools.partial(select_exact, zeros=None)
         cpu = functools.partial(_select_pinned, pin=pin or pinned_bits)

@@ -98,6 +98,15 @@ def one_slice(shape: tuple, plan: GatherPlan) -> bool:
     return known and 0 not in shape and all(n == 1 for n in sizes)
 
 
+def own_elements(shape: tuple, plan: GatherPlan) -> bool:
+    """Whether each index reads an element of its own after batch dims (GatherElements of (n, 1)
+    along its axis of one element): an elementwise select, where another gather from one slice
+    is XLA's broadcast."""
+    single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
+    batched = bool(plan.dimension_numbers.operand_batching_dims)
+    return single and batched and tuple(plan.output_shape) == tuple(shape)
+
+
 def _spread(per_index: jax.Array, plan: GatherPlan) -> jax.Array:
     """One value per index (or index tuple) broadcast over the slice dims of the output."""
     offset_dims = plan.dimension_numbers.offset_dims
@@ -241,8 +250,13 @@ def select_fill(
     pin = fill_pin(data, plan, indices, low.pins_from_data)
     with _while(_BEFORE_A_PIN, pin is not None and xla_cpu_converts_select(np.dtype(data.dtype))):
         out = _gather(data, idx, plan, low)
-    if low.pin is opaque_fill and pin is not None and pin.size:  # keeps its bits through its fill
-        fill, pin = _spread(opaque_fill(fill, pin), plan), None
+    if low.pin is opaque_fill:  # keeps its bits through its fill
+        elements = pin is None  # one pin for all, and their bit patterns selected
+        source = data if low.pins_from_data else None
+        pins = one_pin(per_index(indices, plan), source) if pin is None else pin
+        if pins.size:
+            fill = _spread(opaque_fill(fill, pins), plan)
+            return masked(ok, out, fill, plan, pin_with=low.pin, as_bits=elements)
     return masked(ok, out, fill, plan, pin=pin, pin_with=low.pin)
 
 
@@ -292,10 +306,8 @@ def fill_pin(
     if xla_cpu_keeps_bits(np.dtype(data.dtype)):
         return None
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
-    batched = bool(plan.dimension_numbers.operand_batching_dims)
-    own = single and batched and tuple(plan.output_shape) == tuple(data.shape)  # an element each
     source = data if from_data else None
-    if not one_slice(data.shape, plan) or own:
+    if not one_slice(data.shape, plan) or own_elements(data.shape, plan):
         return None if single else one_pin(per_index(indices, plan), source)
     pins = per_index(indices, plan)
     few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS  # one integer may pin them all
@@ -309,15 +321,17 @@ def masked(
     plan: GatherPlan,
     pin: jax.Array | None = None,
     pin_with: PinFn | None = None,
+    as_bits: bool = False,
 ) -> jax.Array:
     """``out`` where ``ok``, broadcast over the slice dims of the output, else ``fill``. ``pin``,
     one run-time integer per index (``per_index`` of the indices, as ``ok``), pins the selected
-    bits where they need it (:func:`jax_gather._fill.select_exact`), through ``pin_with``."""
+    bits where they need it (:func:`jax_gather._fill.select_exact`), through ``pin_with``;
+    ``as_bits``: their bit patterns selected, whatever XLA makes of the type's select."""
     mask = _spread(ok, plan)
     if _TANGENT.get():
         return jnp.where(mask, out, fill)
     zeros = None if pin is None or not pin.size else _spread(opaque_zeros(pin), plan)
-    return select_exact(mask, out, fill, zeros, pin_with)
+    return select_exact(mask, out, fill, zeros, pin_with, as_bits=as_bits)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7))

@@ -83,6 +83,14 @@ SPLIT_PAD = {LOOKUP_PAD} if _cpu.xla_splits_loops() else set()
 # The linear derivative of an odd count of rows only where XLA does not split its index's loop,
 # or computes it in vector instructions all the same (from JAX 0.12).
 ODD_ROWS = set() if _cpu.xla_splits_loops() and _cpu_linear.xla_scalarises_split_rows() else {LINEAR}
+# bfloat16 elements selected against the pinned fill from INLINE_FLOPS output elements, where the
+# generic select would be one of bfloat vectors (JAX 0.10 on x86-64 with AVX2 or AVX-512).
+PINNED_ELEMENTS = "fill_pinned_for_elements"
+ELEMENTS = (
+    {PINNED_ELEMENTS}
+    if _cpu_fills.xla_selects_bfloat_vectors_unless_pinned(np.dtype(ml_dtypes.bfloat16))
+    else set()
+)
 # Over more dims than two, a split row keeps JAX's derivative whatever this JAX does at rank two.
 ODD_ROWS_OF_RANK_3 = set() if _cpu.xla_splits_loops() else {LINEAR}
 
@@ -178,12 +186,14 @@ SELECTIONS = [
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (1000, 4)), {LINEAR, *SPLIT}),
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, 50, 2), 2), {LINEAR, ND_PAD}),
     ((4, 5), np.float32, plans.gather_nd_plan((4, 5), (4, 250, 1), 1), {LINEAR, ND_PAD}),
-    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, 250, 2), 1), {LINEAR}),  # selected
+    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, 250, 2), 1),  # selected
+     {LINEAR, *ELEMENTS}),
     # From T index tuples, GatherND after batch dims selects the fill, and reads by one linear
     # index where XLA computes it in vector instructions.
     ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, *BY_LINEAR}),
     ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4 - 1, 2), 1), {LINEAR, ND_PAD}),
-    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, *BY_LINEAR}),
+    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1),
+     {LINEAR, *BY_LINEAR, *ELEMENTS}),
     ((4, 5, 6), jnp.int4, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR}),  # XLA widens all
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, T // 20 + 1, 2), 2),
      {LINEAR, *BY_LINEAR}),
@@ -213,10 +223,10 @@ SELECTIONS = [
     ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S,), 1), {LEADING}),
     # GatherND of one element per index tuple, without batch dims, whose one loop of the fill
     # XLA:CPU would split (by its cost analysis), below N2 pairs: its fill in two loops.
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (4096, 2)), SPLIT),
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2 - 1, 2)), SPLIT),
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2, 2)), set()),  # jnp's too
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (512, 2)), set()),  # not split
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (4096, 2)), SPLIT | ELEMENTS),
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2 - 1, 2)), SPLIT | ELEMENTS),
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2, 2)), ELEMENTS),  # jnp's too
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (512, 2)), set()),  # inline
     ((64, 64, 1), np.float32, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # data's bytes: not split
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (4096, 2)), {LINEAR, *SPLIT}),
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (2048, 2)), {LINEAR}),
@@ -245,7 +255,15 @@ SELECTIONS = [
     ((4, 64, 64, 8), np.float32, plans.gather_nd_plan((4, 64, 64, 8), (4, 45, 2), 1), {AND}),
     ((64, 8), np.float32, plans.gather_nd_plan((64, 8), (300, 1)), set()),  # one component
     ((8, 64, 64), ml_dtypes.bfloat16, plans.gather_nd_plan((8, 64, 64), (8, 512, 2), 1),
-     {LINEAR, *BY_LINEAR}),
+     {LINEAR, *BY_LINEAR, *ELEMENTS}),
+    # bfloat16 elements: the pinned fill from INLINE_FLOPS output elements, on one device, where
+    # each reads an element of its own after batch dims (GatherElements of (n, 1)) or not all
+    # read one slice (those pin each element).
+    ((1000, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((1000, 1), (1000, 1), 1), {LINEAR, *ELEMENTS}),
+    ((999, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((999, 1), (999, 1), 1), set()),
+    ((1, 4), ml_dtypes.bfloat16, plans.gather_plan((1, 4), (1000,), 0), set()),  # one slice
+    ((64, 33), ml_dtypes.bfloat16, plans.gather_elements_plan((64, 33), (64, 33), 1), {LINEAR, *ELEMENTS}),
+    ((64, 33), np.float16, plans.gather_elements_plan((64, 33), (64, 33), 1), {LINEAR}),  # not bfloat
 ]
 # fmt: on
 
@@ -465,8 +483,13 @@ def test_only_the_cpu_program_reads_the_fill_from_a_pad(fn, data, indices, lower
 def test_without_a_lowering_the_library_computes_the_same_by_another_program(
     name, lowerings_on_any_cpu, request
 ):
-    if name in (CLAMP, FILL_PIN):
-        request.getfixturevalue("clamp_on_any_cpu" if name == CLAMP else "fill_pin_on_any_jax")
+    fixture = {
+        CLAMP: "clamp_on_any_cpu",
+        FILL_PIN: "fill_pin_on_any_jax",
+        PINNED_ELEMENTS: "element_pin_on_any_cpu",
+    }
+    if name in fixture:
+        request.getfixturevalue(fixture[name])
     rng = np.random.default_rng(11)
     data, indices, fn = {
         ROWS: ((50, 32), make_wild_indices((R // 2,), 50, np.int32, 1),
@@ -499,10 +522,12 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
                    lambda d, i: jax_gather.gather(d, i, mode="fill")),
         AND: ((6, 7, 5), make_wild_indices((300, 2), (6, 7), np.int32, 14),
               lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
+        PINNED_ELEMENTS: ((1000, 1), make_wild_indices((1000, 1), 1, np.int32, 17),  # INLINE_FLOPS
+                          lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill")),
     }[name]  # fmt: skip
     dtype = np.float16 if name in (COLUMNS, COLUMN_PAD, TWO_LOOPS) else np.float32  # 1-2 bytes
     dtype = (
-        ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP, FILL_PIN) else dtype
+        ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP, FILL_PIN, PINNED_ELEMENTS) else dtype
     )  # a narrow float: no pad
     dtype = ml_dtypes.float8_e5m2 if name == WRITTEN else dtype  # converted on the way
     data = rng.standard_normal(data).astype(dtype)
@@ -819,6 +844,65 @@ def test_the_fill_is_pinned_instead_of_rows_where_xla_keeps_their_bits_through_i
             assert FILL_PIN not in _cpu.lowering(plan, shape, np.float32, flops).names  # keeps its bits
     finally:
         _cpu._choose.cache_clear()
+
+
+# (data shape, plan, index flops (None: a fill), whether bfloat16 elements select against the
+# pinned fill where their generic select is one of bfloat vectors)
+# fmt: off
+ELEMENT_PINS = [
+    ((4096, 1), plans.gather_elements_plan((4096, 1), (4096, 1), 1), None, True),  # an element each
+    ((999, 1), plans.gather_elements_plan((999, 1), (999, 1), 1), None, False),  # under INLINE_FLOPS
+    ((64, 64), plans.gather_nd_plan((64, 64), (1000, 2)), None, True),  # pairs of elements
+    ((64, 64), plans.gather_nd_plan((64, 64), (1000, 2)), 3, False),  # a promise: no select
+    ((8, 4096), plans.gather_plan((8, 4096), (125,), 1), None, False),  # columns: slices of 8
+    ((1, 1), plans.gather_nd_plan((1, 1), (1000, 2)), None, False),  # one slice: each element pinned
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_bfloat16_elements_select_against_the_pinned_fill_where_their_select_is_of_bfloat_vectors(
+    holds, monkeypatch
+):
+    monkeypatch.setattr(_cpu_fills, "xla_selects_bfloat_vectors_unless_pinned", lambda dtype: holds)
+    _cpu._choose.cache_clear()
+    try:
+        for shape, plan, flops, chosen in ELEMENT_PINS:
+            names = _cpu.lowering(plan, shape, BF16, flops).names
+            assert (PINNED_ELEMENTS in names) == (ON and holds and chosen), (shape, plan, flops)
+        monkeypatch.setattr(_cpu, "_cpu_devices", lambda: 2)  # on a mesh each index's zeros would count
+        _cpu._choose.cache_clear()
+        assert PINNED_ELEMENTS not in _cpu.lowering(*ELEMENT_PINS[0][1::-1], BF16).names
+    finally:
+        _cpu._choose.cache_clear()
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize(
+    "op, shape, index_shape, sizes, attribute",
+    [
+        ("gather_elements", (3000, 1), (3000, 1), 1, 1),  # an element of its own each
+        ("gather_elements", (40, 50), (30, 50), 40, 0),
+        ("gather_nd", (40, 50), (1200, 2), (40, 50), 0),
+        ("gather_nd", (3, 40, 50), (3, 400, 2), (40, 50), 1),
+    ],
+    ids=["elements of their own", "gather_elements", "gather_nd pairs", "gather_nd batch_dims=1"],
+)
+def test_bfloat16_elements_selected_against_the_pinned_fill_keep_every_bit(
+    op, shape, index_shape, sizes, attribute, element_pin_on_any_cpu
+):
+    # Signalling NaNs, subnormals and a NaN's payload, in data and as the fill, given or traced.
+    data = np.resize(CHANGED_BY_FLOAT32, shape).view(BF16)
+    indices = make_wild_indices(index_shape, sizes, np.int32, 18)
+    plan = ops_table.OPS[op].plan(shape, index_shape, attribute)
+    assert PINNED_ELEMENTS in _cpu.lowering(plan, shape, BF16).names
+    call = lambda d, i, f: ops_table.OPS[op].fn(d, i, attribute, mode="fill", fill_value=f)
+    for fill in CHANGED_BY_FLOAT32[[0, 2, 4]].view(BF16):
+        expected = getattr(reference, op)(data, indices, attribute, mode="fill", fill=fill).view(np.uint16)
+        given = jax.jit(lambda d, i: call(d, i, fill))(data, indices)
+        traced = jax.jit(call)(data, indices, fill)
+        np.testing.assert_array_equal(np.asarray(given).view(np.uint16), expected)
+        np.testing.assert_array_equal(np.asarray(traced).view(np.uint16), expected)
 
 
 def test_a_tuple_mask_is_an_and_only_in_a_fill():
