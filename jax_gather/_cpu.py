@@ -28,7 +28,6 @@ one only)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import math
 from collections.abc import Callable, Iterator
@@ -62,6 +61,7 @@ from jax_gather._cpu_rows import (
     takes_whole_rows,
     xla_vectorises_rows_in_units,
 )
+from jax_gather._cpu_site import Site, runs_and_lines, static
 from jax_gather._cpu_split import (
     and_loop_splits,
     converted_on_the_way,
@@ -88,7 +88,6 @@ SHORT_LOOKUP_INDICES = 128
 # 1.04-1.05).
 SHORT_LOOKUP_MAX_LINES = 8 << 20
 SHORT_LOOKUP_MAX_LINES_ONE_CORE, SHORT_LOOKUP_MAX_RUNS_ONE_CORE = 2 << 20, 65536
-CACHE_LINE = 64
 # Measured (AMD EPYC): a promise of int8 columns by 129 ids took 1.08x the time without
 # columns_by_written_indices over 16 rows (2 KiB of output), 1.00x over 64 (8 KiB); 16 rows by 512
 # ids (8 KiB) 1.53-1.57x; from 16 KiB level (16x1024, 32x512, 128x129: 0.95-1.03), from 32 KiB
@@ -121,34 +120,6 @@ BATCHED_ND_LINEAR_TUPLES = 2048
 # Where XLA:CPU splits a loop into a task per core: jax_gather._cpu_split.
 
 
-@dataclasses.dataclass(frozen=True)
-class Site:
-    """What a row's rule reads: the plan, data's static shape and dtype, the x64 setting and
-    the number of CPU devices of the process."""
-
-    plan: GatherPlan
-    shape: tuple
-    dtype: np.dtype
-    x64: bool
-    cpu_devices: int
-    index_flops: int | None = None  # XLA's count per index of the mode's arithmetic; None: a fill
-
-    @property
-    def one_device(self) -> bool:
-        return self.cpu_devices == 1
-
-    @property
-    def elements(self) -> bool:
-        """Every output element is one element of data (no slice dims)."""
-        return not self.plan.dimension_numbers.offset_dims
-
-    @property
-    def components(self) -> int:
-        dn = self.plan.dimension_numbers
-        batch = [d for i, d in enumerate(self.plan.output_shape) if i not in dn.offset_dims]
-        return math.prod(batch) * len(dn.start_index_map)
-
-
 class Row(NamedTuple):
     """One CPU lowering: its name (in ``LOWERINGS``, and for ``without``), the part of the
     generic lowering it replaces, when it applies, and what it puts there."""
@@ -168,7 +139,7 @@ def _short_rows(site: Site) -> bool:
     plan, shape, dtype = site.plan, site.shape, site.dtype
     rows = takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
     broadcast = site.index_flops is not None and one_slice(shape, plan)  # XLA's, of one slice
-    big = rows and _output_bytes(plan, dtype) >= short_rows_min_bytes(dtype, broadcast)
+    big = rows and site.output_bytes >= short_rows_min_bytes(dtype, broadcast)
     if not (big and _hand_over_pays(site, INLINE_FLOPS) and xla_vectorises_rows_in_units()):
         return False
     if not (row := _pinned_rows(site)):
@@ -197,7 +168,7 @@ def _columns(site: Site) -> bool:
 def _columns_forward(site: Site) -> bool:
     """_columns, for an output of COLUMNS_MIN_BYTES or more: below, the written indices cost
     more than the narrow loads save (a promise of 16x512 int8 columns: 1.53-1.57x without)."""
-    return _output_bytes(site.plan, site.dtype) >= COLUMNS_MIN_BYTES and _columns(site)
+    return site.output_bytes >= COLUMNS_MIN_BYTES and _columns(site)
 
 
 def _column_fill_pays(site: Site) -> bool:
@@ -206,7 +177,7 @@ def _column_fill_pays(site: Site) -> bool:
     COLUMNS_MIN_BYTES of output (below: 1.05-1.79x without) unless XLA:CPU leaves its loop scalar."""
     slots = _INDEX_FLOPS if site.x64 else _INDEX_FLOPS_32  # x64: indices may be 64-bit
     inline = (slots + COLUMN_INDEX_FLOPS) * site.components < INLINE_FLOPS
-    big = _output_bytes(site.plan, site.dtype) >= COLUMNS_MIN_BYTES
+    big = site.output_bytes >= COLUMNS_MIN_BYTES
     padded = _pads(site) and (inline or big) and _columns(site)
     return padded and (inline or not xla_scalarises_the_column_pad())  # a CPU's fact: asked last
 
@@ -227,7 +198,7 @@ def _hand_over_pays(site: Site, flops: int) -> bool:
         return True
     before = site.index_flops * site.components
     moves = before < INLINE_FLOPS <= before + flops
-    return not moves or _output_bytes(site.plan, site.dtype) >= HANDOFF_MIN_BYTES
+    return not moves or site.output_bytes >= HANDOFF_MIN_BYTES
 
 
 def _off_axis(site: Site) -> str | None:
@@ -267,7 +238,7 @@ def _pads(site: Site) -> bool:
     measured slower than the select) and rewrite a NaN's payload (float8; the select is of the
     bits). Nor for sub-byte integers, which XLA:CPU converts to bytes over all of the padded data
     (flops XLA counts: a lookup of one row went to a worker thread)."""
-    return site.one_device and not narrow_float(site.dtype) and not _sub_byte_integer(site.dtype)
+    return site.one_device and not narrow_float(site.dtype) and not site.sub_byte_integer
 
 
 def _batched_nd(site: Site) -> bool:
@@ -288,7 +259,7 @@ def _batched_nd_linear(site: Site) -> bool:
     where one linear index addresses it and XLA computes that index in vector instructions; not
     where that index would move the program to a worker thread (_hand_over_pays)."""
     many = math.prod(site.plan.output_shape) >= BATCHED_ND_LINEAR_TUPLES
-    whole_bytes = not _sub_byte_integer(site.dtype)
+    whole_bytes = not site.sub_byte_integer
     applies = _batched_nd(site) and many and whole_bytes and _linear(site) is not None
     applies = applies and _hand_over_pays(site, INLINE_FLOPS)
     return applies and xla_vectorises_linear_indices()  # a CPU's fact: asked last, once a process
@@ -308,7 +279,7 @@ def _short_lookup(site: Site) -> bool:
 def _reads_little(site: Site) -> bool:
     """SHORT_LOOKUP_MAX_LINES of cache lines where XLA:CPU splits the select's loop into tasks;
     on one core, SHORT_LOOKUP_MAX_LINES_ONE_CORE in SHORT_LOOKUP_MAX_RUNS_ONE_CORE runs."""
-    runs, lines = _runs_and_lines(site.plan, site.shape, site.dtype)
+    runs, lines = runs_and_lines(site.plan, site.shape, site.dtype)
     if xla_splits_loops():
         return lines <= SHORT_LOOKUP_MAX_LINES
     return lines <= SHORT_LOOKUP_MAX_LINES_ONE_CORE and runs <= SHORT_LOOKUP_MAX_RUNS_ONE_CORE
@@ -472,7 +443,7 @@ def _cpu_devices() -> int:
 @functools.lru_cache(maxsize=1024)
 def _choose(site: Site, disabled: frozenset) -> Lowering:
     """For each part, the first row not ``disabled`` whose rule holds."""
-    if not PLATFORM_DEPENDENT_PRUNES or not _static(site.shape, site.plan.output_shape):
+    if not PLATFORM_DEPENDENT_PRUNES or not static(site.shape, site.plan.output_shape):
         return GENERIC
     parts: dict[str, Any] = {}
     for row in ROWS:
@@ -480,31 +451,3 @@ def _choose(site: Site, disabled: frozenset) -> Lowering:
             parts[row.part] = (row.name, row.make(site))
     functions = {part: function for part, (_, function) in parts.items()}
     return Lowering(**functions, names=frozenset(name for name, _ in parts.values()))
-
-
-def _sub_byte_integer(dtype: np.dtype) -> bool:
-    return bool(jnp.issubdtype(dtype, jnp.integer)) and jnp.iinfo(dtype).bits < 8
-
-
-def _static(*shapes: tuple) -> bool:
-    return all(isinstance(d, int) for shape in shapes for d in shape)
-
-
-def _output_bytes(plan: GatherPlan, dtype: np.dtype) -> int:
-    return math.prod(plan.output_shape) * element_bits(dtype) // 8
-
-
-def _runs_and_lines(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> tuple[int, int]:
-    """The contiguous runs of elements the gather reads (each slice is runs: the trailing dims it
-    takes whole and the next it takes part of), and the bytes of their cache lines, whole lines
-    a run; at most all of data (a line read twice is in cache the second time)."""
-    run = 1
-    for size, full in zip(reversed(plan.slice_sizes), reversed(shape)):
-        run *= size
-        if size != full:
-            break
-    if run == 0:
-        return 0, 0
-    runs = math.prod(plan.output_shape) // run
-    run_lines = -(-run * element_bits(dtype) // (8 * CACHE_LINE))
-    return runs, min(runs * run_lines * CACHE_LINE, math.prod(shape) * element_bits(dtype) // 8)

@@ -35,6 +35,7 @@ from jax_gather import (
     _cpu_fills,
     _cpu_linear,
     _cpu_rows,
+    _cpu_site,
     _cpu_split,
     _fill,
     _fill_pin,
@@ -478,7 +479,7 @@ def test_a_column_lookup_read_from_a_pad_runs_on_the_calling_thread_and_its_sele
     # XLA splits loops (two cores or more; on one, it stops sooner: SHORT_LOOKUP_MAX_LINES_ONE_CORE).
     data, ids = np.zeros((4096, 4096), np.float32), np.zeros(_cpu.SHORT_LOOKUP_INDICES, np.int32)
     plan = plans.gather_plan(data.shape, ids.shape, 1)
-    assert _cpu._runs_and_lines(plan, data.shape, data.dtype)[1] > _cpu.SHORT_LOOKUP_MAX_LINES
+    assert _cpu_site.runs_and_lines(plan, data.shape, data.dtype)[1] > _cpu.SHORT_LOOKUP_MAX_LINES
 
     def padded(d, i):
         slots = _traced_bounds.index_vectors(plan, i, clip=False, past_end=True)
