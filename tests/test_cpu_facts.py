@@ -46,7 +46,7 @@ from jax_gather import (
 )
 from jax_gather._arguments import Mode
 from jax_gather.bench import grid
-from tests import reference
+from tests import ops_table, reference
 from tests.compat import enable_x64
 
 CPU = jax.devices("cpu")[0]
@@ -250,6 +250,30 @@ def test_xla_keeps_the_bits_of_bfloat16_gathered_along_an_axis_of_one_element_on
     )
 
 
+def test_a_fill_pinned_for_elements_splits_no_loop_the_generic_select_keeps_whole(element_pin_on_any_cpu):
+    # Why fill_pinned_for_elements waits for 512 KiB of its loop's data, output and indices: the
+    # pin's 5 flops took GatherElements of 1024 x 4 bfloat16 elements along axis 0 of 4096 x 4
+    # (57344 flops and bytes in the generic loop) past the count at which XLA:CPU splits it
+    # (2.2-5.1x jnp's time, AMD EPYC with AVX2). Over the grid's shapes about that bound, where
+    # the pin is chosen the loop is split only where the generic select's is.
+    cells = [
+        ("gather_elements", (4096, w), (n // w, w), 0) for w in (1, 4, 16, 64) for n in (4096, 65536, 131072)
+    ] + [("gather_elements", (n, 1), (n, 1), 1) for n in (4096, 65535, 65536)]
+    cells += [("gather_nd", (64, 64), (n, 2), 0) for n in (4096, 65536, 90000)]
+    chosen = 0
+    for op, shape, index_shape, attribute in cells:
+        data, ids = np.zeros(shape, BF16), np.zeros(index_shape, np.int32)
+        plan = ops_table.OPS[op].plan(shape, index_shape, attribute)
+        if "fill_pinned_for_elements" not in _cpu.lowering(plan, shape, BF16).names:
+            continue
+        chosen += 1
+        fn = lambda d, i: getattr(jax_gather, op)(d, i, attribute, mode="fill")
+        with _cpu.without("fill_pinned_for_elements"):
+            generic = _split_into_tasks(fn, data, ids)
+        assert generic or not _split_into_tasks(fn, data, ids), (op, shape, index_shape)
+    assert chosen >= 5
+
+
 # What XLA counts for the one zero of a pinned fill (its or, abs and shift, and the exclusive or
 # of the fill's bits), once whatever the output's size.
 ONE_ZERO_FLOPS = 5
@@ -258,10 +282,11 @@ ONE_ZERO_FLOPS = 5
 @pytest.mark.parametrize(
     "op, shape, index_shape, attribute",
     [
-        ("gather_elements", (4096, 1), (4096, 1), 1),  # an element of its own each
-        ("gather_elements", (64, 64), (64, 64), 1),
-        ("gather_nd", (64, 64), (4096, 2), 0),
-        ("gather", (1, 4096), (4096,), 1),  # one row's columns
+        # Where the pin is chosen: from 512 KiB of the loop's data, output and indices.
+        ("gather_elements", (65536, 1), (65536, 1), 1),  # an element of its own each
+        ("gather_elements", (256, 256), (256, 256), 1),
+        ("gather_nd", (64, 64), (90000, 2), 0),
+        ("gather", (1, 65536), (65536,), 1),  # one row's columns
     ],
     ids=str,
 )

@@ -47,6 +47,7 @@ CLAMP, FILL_PIN = "rows_pinned_by_a_clamp", "fill_pinned_instead_of_rows"
 AND = "tuple_mask_by_and"
 # Index pairs from which jnp's index loop splits too, where GatherND's fill stays in one (32768).
 N2 = _cpu_split.SPLIT_ANYWAY_BYTES // 16
+E = _cpu_split.SPLIT_ANYWAY_BYTES // 8  # bfloat16 (n, 1): 2 bytes of data, 2 of output, 4 of index
 # Index tuples enough for a GatherND after batch dims to read by one linear index (2048).
 T = _cpu.BATCHED_ND_LINEAR_TUPLES
 # 2**31 + 65536 elements: one past what an int32 offset addresses, without allocating them.
@@ -186,14 +187,12 @@ SELECTIONS = [
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (1000, 4)), {LINEAR, *SPLIT}),
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, 50, 2), 2), {LINEAR, ND_PAD}),
     ((4, 5), np.float32, plans.gather_nd_plan((4, 5), (4, 250, 1), 1), {LINEAR, ND_PAD}),
-    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, 250, 2), 1),  # selected
-     {LINEAR, *ELEMENTS}),
+    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, 250, 2), 1), {LINEAR}),  # selected
     # From T index tuples, GatherND after batch dims selects the fill, and reads by one linear
     # index where XLA computes it in vector instructions.
     ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, *BY_LINEAR}),
     ((4, 5, 6), np.int32, plans.gather_nd_plan((4, 5, 6), (4, T // 4 - 1, 2), 1), {LINEAR, ND_PAD}),
-    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1),
-     {LINEAR, *BY_LINEAR, *ELEMENTS}),
+    ((4, 5, 6), ml_dtypes.bfloat16, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR, *BY_LINEAR}),
     ((4, 5, 6), jnp.int4, plans.gather_nd_plan((4, 5, 6), (4, T // 4, 2), 1), {LINEAR}),  # XLA widens all
     ((4, 5, 6, 7), np.float32, plans.gather_nd_plan((4, 5, 6, 7), (4, 5, T // 20 + 1, 2), 2),
      {LINEAR, *BY_LINEAR}),
@@ -223,9 +222,9 @@ SELECTIONS = [
     ((4096, 4096), np.float32, plans.gather_plan((4096, 4096), (S,), 1), {LEADING}),
     # GatherND of one element per index tuple, without batch dims, whose one loop of the fill
     # XLA:CPU would split (by its cost analysis), below N2 pairs: its fill in two loops.
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (4096, 2)), SPLIT | ELEMENTS),
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2 - 1, 2)), SPLIT | ELEMENTS),
-    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2, 2)), ELEMENTS),  # jnp's too
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (4096, 2)), SPLIT),
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2 - 1, 2)), SPLIT),
+    ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (N2, 2)), set()),  # jnp's too
     ((64, 64, 1), ml_dtypes.bfloat16, plans.gather_nd_plan((64, 64, 1), (512, 2)), set()),  # inline
     ((64, 64, 1), np.float32, plans.gather_nd_plan((64, 64, 1), (4096, 2)), set()),  # data's bytes: not split
     ((64, 64), np.float16, plans.gather_nd_plan((64, 64), (4096, 2)), {LINEAR, *SPLIT}),
@@ -255,15 +254,21 @@ SELECTIONS = [
     ((4, 64, 64, 8), np.float32, plans.gather_nd_plan((4, 64, 64, 8), (4, 45, 2), 1), {AND}),
     ((64, 8), np.float32, plans.gather_nd_plan((64, 8), (300, 1)), set()),  # one component
     ((8, 64, 64), ml_dtypes.bfloat16, plans.gather_nd_plan((8, 64, 64), (8, 512, 2), 1),
+     {LINEAR, *BY_LINEAR}),
+    ((8, 64, 64), ml_dtypes.bfloat16, plans.gather_nd_plan((8, 64, 64), (8, 16384, 2), 1),
      {LINEAR, *BY_LINEAR, *ELEMENTS}),
-    # bfloat16 elements: the pinned fill from INLINE_FLOPS output elements, on one device, where
-    # each reads an element of its own after batch dims (GatherElements of (n, 1)) or not all
-    # read one slice (those pin each element).
-    ((1000, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((1000, 1), (1000, 1), 1), {LINEAR, *ELEMENTS}),
-    ((999, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((999, 1), (999, 1), 1), set()),
-    ((1, 4), ml_dtypes.bfloat16, plans.gather_plan((1, 4), (1000,), 0), set()),  # one slice
-    ((64, 33), ml_dtypes.bfloat16, plans.gather_elements_plan((64, 33), (64, 33), 1), {LINEAR, *ELEMENTS}),
-    ((64, 33), np.float16, plans.gather_elements_plan((64, 33), (64, 33), 1), {LINEAR}),  # not bfloat
+    # bfloat16 elements: the pinned fill from 512 KiB of the loop's data, output and indices (4
+    # bytes an element: 2**16 of (n, 1)), on one device, where each reads an element of its own
+    # after batch dims (GatherElements of (n, 1)) or not all read one slice (those pin each one).
+    ((E, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((E, 1), (E, 1), 1), {LINEAR, *ELEMENTS}),
+    ((E - 1, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((E - 1, 1), (E - 1, 1), 1), {LINEAR}),
+    ((1000, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((1000, 1), (1000, 1), 1), {LINEAR}),
+    ((1, 4), ml_dtypes.bfloat16, plans.gather_plan((1, 4), (E,), 0), set()),  # one slice
+    ((256, 256), ml_dtypes.bfloat16, plans.gather_elements_plan((256, 256), (256, 256), 1),
+     {LINEAR, *ELEMENTS}),
+    ((256, 256), np.float16, plans.gather_elements_plan((256, 256), (256, 256), 1), {LINEAR}),  # not bfloat
+    # As many flops as bytes in the generic loop (57344), which the pin's 5 would split.
+    ((4096, 4), ml_dtypes.bfloat16, plans.gather_elements_plan((4096, 4), (1024, 4), 0), {LINEAR}),
 ]
 # fmt: on
 
@@ -522,7 +527,7 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
                    lambda d, i: jax_gather.gather(d, i, mode="fill")),
         AND: ((6, 7, 5), make_wild_indices((300, 2), (6, 7), np.int32, 14),
               lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
-        PINNED_ELEMENTS: ((1000, 1), make_wild_indices((1000, 1), 1, np.int32, 17),  # INLINE_FLOPS
+        PINNED_ELEMENTS: ((E, 1), make_wild_indices((E, 1), 1, np.int32, 17),  # 512 KiB of its loop
                           lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill")),
     }[name]  # fmt: skip
     dtype = np.float16 if name in (COLUMNS, COLUMN_PAD, TWO_LOOPS) else np.float32  # 1-2 bytes
@@ -850,12 +855,13 @@ def test_the_fill_is_pinned_instead_of_rows_where_xla_keeps_their_bits_through_i
 # pinned fill where their generic select is one of bfloat vectors)
 # fmt: off
 ELEMENT_PINS = [
-    ((4096, 1), plans.gather_elements_plan((4096, 1), (4096, 1), 1), None, True),  # an element each
-    ((999, 1), plans.gather_elements_plan((999, 1), (999, 1), 1), None, False),  # under INLINE_FLOPS
-    ((64, 64), plans.gather_nd_plan((64, 64), (1000, 2)), None, True),  # pairs of elements
-    ((64, 64), plans.gather_nd_plan((64, 64), (1000, 2)), 3, False),  # a promise: no select
-    ((8, 4096), plans.gather_plan((8, 4096), (125,), 1), None, False),  # columns: slices of 8
-    ((1, 1), plans.gather_nd_plan((1, 1), (1000, 2)), None, False),  # one slice: each element pinned
+    ((E, 1), plans.gather_elements_plan((E, 1), (E, 1), 1), None, True),  # an element each
+    ((E - 1, 1), plans.gather_elements_plan((E - 1, 1), (E - 1, 1), 1), None, False),  # under 512 KiB
+    ((4096, 1), plans.gather_elements_plan((4096, 1), (4096, 1), 1), None, False),  # the 5 would split
+    ((64, 64), plans.gather_nd_plan((64, 64), (90000, 2)), None, True),  # pairs of elements
+    ((64, 64), plans.gather_nd_plan((64, 64), (90000, 2)), 3, False),  # a promise: no select
+    ((8, 4096), plans.gather_plan((8, 4096), (E // 8,), 1), None, False),  # columns: slices of 8
+    ((1, 1), plans.gather_nd_plan((1, 1), (E, 2)), None, False),  # one slice: each element pinned
 ]
 # fmt: on
 
@@ -881,10 +887,10 @@ def test_bfloat16_elements_select_against_the_pinned_fill_where_their_select_is_
 @pytest.mark.parametrize(
     "op, shape, index_shape, sizes, attribute",
     [
-        ("gather_elements", (3000, 1), (3000, 1), 1, 1),  # an element of its own each
-        ("gather_elements", (40, 50), (30, 50), 40, 0),
-        ("gather_nd", (40, 50), (1200, 2), (40, 50), 0),
-        ("gather_nd", (3, 40, 50), (3, 400, 2), (40, 50), 1),
+        ("gather_elements", (E, 1), (E, 1), 1, 1),  # an element of its own each
+        ("gather_elements", (40, 2048), (48, 2048), 40, 0),
+        ("gather_nd", (40, 50), (90000, 2), (40, 50), 0),
+        ("gather_nd", (3, 40, 50), (3, 30000, 2), (40, 50), 1),
     ],
     ids=["elements of their own", "gather_elements", "gather_nd pairs", "gather_nd batch_dims=1"],
 )
@@ -1309,7 +1315,9 @@ def test_gradients_to_second_order(op, shape, indices, attribute, mode):
     # of step 1 is exact but for float32 rounding. Jitted: the derivatives are the same rules,
     # traced once a program rather than run a primitive at a time (half the time).
     data, _, _, loss = _loss(op, shape, indices, attribute, mode)
-    check_grads(jax.jit(loss), (data, np.float32(-2.0)), order=2, modes=("fwd", "rev"), eps=1.0, atol=1e-3, rtol=1e-3)
+    check_grads(
+        jax.jit(loss), (data, np.float32(-2.0)), order=2, modes=("fwd", "rev"), eps=1.0, atol=1e-3, rtol=1e-3
+    )
 
 
 @pytest.mark.parametrize("mode", ["fill", "clip"])
