@@ -68,7 +68,7 @@ FEW_PAIRS = bench.Case("gather_nd, 45 pairs of rows of 8", "gather_nd", 0, (256,
 # pinned fill where XLA:CPU selects bfloat16 as it is (JAX 0.11 and later).
 FEW_ROWS = bench.Case("gather axis 0, 48 bfloat16 rows of 8", "gather", 0, (4096, 8), (48,), True, "bfloat16")
 # And bfloat16 elements each of their own after batch dims, whose fill's select LLVM makes one of
-# bfloat vectors through JAX 0.10 (on x86-64 without native bfloat16, a branch an element).
+# bfloat vectors (on x86-64 without native bfloat16, a branch an element).
 OWN_ELEMENTS = bench.Case(
     "gather_elements axis 1, 2**20 bfloat16 elements", "gather_elements", 1, (1 << 20, 1), (1 << 20, 1), True,
     "bfloat16",

@@ -21,7 +21,6 @@ from jax_gather._fill import (
     clamped_bits,
     element_bits,
     pinned_bits,
-    selected_as_bits,
     xla_cpu_keeps_bits,
 )
 from jax_gather._fill_pin import opaque_fill, pins_the_fill
@@ -240,16 +239,17 @@ def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) ->
     return opaque_fill if fill else None
 
 
-# Fact (x86-64, JAX 0.10): LLVM folds the bitcasts around the select of bfloat16 elements that
-# select_exact makes of their bit patterns into a select of bfloat vectors, which x86-64 without
+# Fact (x86-64): LLVM folds the bitcasts around the select of bfloat16 elements that select_exact
+# makes of their bit patterns (JAX 0.10; from 0.11 XLA selects bfloat16 as it is, the same vectors)
+# into a select of bfloat vectors, which x86-64 without
 # native bfloat16 compiles to a test and branch per element: on an AMD EPYC with AVX2 (Zen 3)
 # GatherElements of (2**20, 1) along its axis took 570 us where jnp's select in float32 took 270.
 # Against a fill whose bits went through an integer op (opaque_fill) the select stays one of
 # 16-bit integers, vector instructions on any x86-64 CPU: 140 us. Its zeros are one for all on
-# one device, which XLA counts once (5 flops). From JAX 0.11, which selects bfloat16 as it is
-# (jnp's select too), bit patterns selected count 2 flops an element more, which would split
-# loops jnp keeps whole (GatherElements of (n, 1) from 2248 elements, jnp's from 65536): there,
-# as jnp's.
+# one device, which XLA counts once (5 flops). From JAX 0.11 the bit patterns selected count 2
+# flops an element more, which below SPLIT_ANYWAY_BYTES would split loops jnp keeps whole
+# (GatherElements of (n, 1) from 2248 elements, jnp's from 65536); from there both split, and on
+# JAX 0.12 (2**20, 1) took 0.10 of jnp's time.
 BFLOAT_VECTOR_SELECT = re.compile(r"select <\d+ x i1> [^,]+, <\d+ x bfloat>")
 
 
@@ -275,13 +275,12 @@ def element_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> PinFn | None
 
 @functools.lru_cache(maxsize=16)
 def xla_selects_bfloat_vectors_unless_pinned(dtype: np.dtype) -> bool:
-    """Whether XLA:CPU compiles the generic select of "fill" over single elements of ``dtype``, a
-    select of bit patterns (:func:`jax_gather._fill.selected_as_bits`), to a select of LLVM's
-    bfloat vectors, and the select against the pinned fill to none: asked once a process and
-    type, by the LLVM IR of a GatherElements of 64 x 33 elements both ways (about 60 ms)."""
-    # LLVM's one type of that name is bfloat16's; where XLA:CPU selects it as it is (JAX 0.11 and
-    # later), its bit patterns count 2 flops an element more (a split where jnp's loop stays whole).
-    if "bfloat" not in str(np.dtype(dtype)) or not selected_as_bits(np.dtype(dtype)):
+    """Whether XLA:CPU compiles the generic select of "fill" over single elements of ``dtype`` (of
+    bit patterns through JAX 0.10, :func:`jax_gather._fill.selected_as_bits`; of bfloat16 as it
+    is from 0.11) to a select of LLVM's bfloat vectors, and the select of bit patterns against the
+    pinned fill to none: asked once a process and type, by the LLVM IR of a GatherElements of
+    64 x 33 elements both ways (about 60 ms)."""
+    if "bfloat" not in str(np.dtype(dtype)):  # LLVM's one type of that name is bfloat16's
         return False
     plan = gather_elements_plan((64, 33), (64, 33), 1)
     fill: Any = np.zeros((), dtype)  # a constant also while a trace is open (a fill passed in is not folded)

@@ -87,7 +87,7 @@ def fill_pin_on_any_jax(monkeypatch):
 @pytest.fixture
 def element_pin_on_any_cpu(monkeypatch):
     """fill_pinned_for_elements chosen as where the generic select of bfloat16 elements is one of
-    LLVM's bfloat vectors and the pinned fill's is not (x86-64 with AVX2 or AVX-512, JAX 0.10;
+    LLVM's bfloat vectors and the pinned fill's is not (x86-64 with AVX2 or AVX-512;
     tests/test_cpu_facts.py): for its rule and what it computes."""
     yield from _facts_held(monkeypatch, "xla_selects_bfloat_vectors_unless_pinned")
 

@@ -294,11 +294,10 @@ def test_xla_selects_bfloat16_elements_in_bfloat_vectors_unless_their_fill_is_pi
     op, shape, index_shape, attribute
 ):
     # Why fill_pinned_for_elements: LLVM folds the bitcasts around the select of bfloat16 bit
-    # patterns into a select of bfloat vectors (JAX 0.10), which an x86-64 CPU without native
-    # bfloat16 runs as a test and branch per element (AMD EPYC with AVX2: GatherElements of
-    # (2**20, 1), 4.1x the time against the pinned fill); against the pinned fill it selects
-    # 16-bit integers. From JAX 0.11 XLA selects bfloat16 as it is, where bit patterns would
-    # count 2 flops an element more: not chosen there.
+    # patterns into a select of bfloat vectors (JAX 0.10; from 0.11 XLA selects bfloat16 as it
+    # is, the same vectors), which an x86-64 CPU without native bfloat16 runs as a test and
+    # branch per element (AMD EPYC with AVX2: GatherElements of (2**20, 1), 4.1x the time against
+    # the pinned fill, 10x on JAX 0.12); against the pinned fill it selects 16-bit integers.
     data, ids = np.zeros(shape, BF16), np.zeros(index_shape, np.int32)
     fn = lambda d, i: getattr(jax_gather, op)(d, i, attribute, mode="fill")
     bfloat_select = lambda: any(

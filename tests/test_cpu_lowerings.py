@@ -84,8 +84,8 @@ SPLIT_PAD = {LOOKUP_PAD} if _cpu.xla_splits_loops() else set()
 # The linear derivative of an odd count of rows only where XLA does not split its index's loop,
 # or computes it in vector instructions all the same (from JAX 0.12).
 ODD_ROWS = set() if _cpu.xla_splits_loops() and _cpu_linear.xla_scalarises_split_rows() else {LINEAR}
-# bfloat16 elements selected against the pinned fill from INLINE_FLOPS output elements, where the
-# generic select would be one of bfloat vectors (JAX 0.10 on x86-64 with AVX2 or AVX-512).
+# bfloat16 elements selected against the pinned fill from 512 KiB of their loop, where the
+# generic select would be one of bfloat vectors (x86-64 with AVX2 or AVX-512).
 PINNED_ELEMENTS = "fill_pinned_for_elements"
 ELEMENTS = (
     {PINNED_ELEMENTS}
