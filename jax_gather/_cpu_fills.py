@@ -240,9 +240,9 @@ def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) ->
 
 
 # Fact (x86-64): LLVM folds the bitcasts around the select of bfloat16 elements that select_exact
-# makes of their bit patterns (JAX 0.10; from 0.11 XLA selects bfloat16 as it is, the same vectors)
-# into a select of bfloat vectors, which x86-64 without
-# native bfloat16 compiles to a test and branch per element: on an AMD EPYC with AVX2 (Zen 3)
+# makes of their bit patterns into a select of bfloat vectors (JAX 0.10; from 0.11 XLA selects
+# bfloat16 as it is, the same vectors), which x86-64 without native bfloat16 compiles to a test
+# and branch per element: on an AMD EPYC with AVX2 (Zen 3)
 # GatherElements of (2**20, 1) along its axis took 570 us where jnp's select in float32 took 270.
 # Against a fill whose bits went through an integer op (opaque_fill) the select stays one of
 # 16-bit integers, vector instructions on any x86-64 CPU: 140 us. Its zeros are one for all on
