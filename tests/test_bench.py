@@ -519,3 +519,17 @@ def test_the_machine_record_names_the_xla_flags_it_ran_under(monkeypatch):
     # A run under --xla_cpu_max_isa measures code for fewer vector extensions than the CPU has.
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
     assert bench.describe_machine()["xla_flags"] == "--xla_cpu_max_isa=AVX2"
+
+
+def test_the_machine_record_names_the_cpus_family_and_model(monkeypatch):
+    # A virtual machine may call a Zen 3 and a Zen 4 alike "AMD EPYC"; family and model differ.
+    from jax_gather.bench import machine
+
+    fields = ("vendor_id", "AuthenticAMD"), ("cpu family", 25), ("model", 17), ("model name", "AMD EPYC")
+    info = "".join(f"{k}\t: {v}\n" for k, v in fields + (("stepping", 1),))
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: info + "\nvendor_id\t: Other\n")
+    record = machine.describe_machine()
+    assert record["cpu_id"] == "AuthenticAMD family 25 model 17 stepping 1"
+    assert record["processor"] == "AMD EPYC"
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: "")  # not Linux
+    assert machine.describe_machine()["cpu_id"] == ""
