@@ -8,7 +8,7 @@ import math
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -51,9 +51,18 @@ def lowered_for_cpu(fn: Callable[..., Any], *arguments: tuple[tuple[int, ...], A
 IR_DUMP_OPTIONS: tuple[dict[str, str], ...] = ({"xla_dump_emitter_re": "llvm"}, {})
 
 
-def kernel_irs(lowered: Any) -> list[str]:
-    """The LLVM IR, after LLVM's optimisations, of each kernel XLA:CPU compiles for ``lowered``
-    (empty for None, or where this JAX cannot dump it)."""
+class Kernel(NamedTuple):
+    """One kernel XLA:CPU compiled: its LLVM IR after LLVM's optimisations, and where asked, the
+    conditional jumps of the machine code it became (None where that is not known)."""
+
+    ir: str
+    conditional_jumps: int | None = None
+
+
+def kernels(lowered: Any, jumps: bool = False) -> list[Kernel]:
+    """Each kernel XLA:CPU compiles for ``lowered`` (empty for None, or where this JAX cannot
+    dump them), in the order of their names; ``jumps``: with the conditional jumps of each, as
+    objdump (GNU binutils) disassembles its object file, where objdump is on PATH."""
     import glob
     import tempfile
 
@@ -63,8 +72,45 @@ def kernel_irs(lowered: Any) -> list[str]:
                 lowered.compile(compiler_options={"xla_dump_to": tmp, **extra})
             except Exception:
                 continue
-            return [open(path).read() for path in sorted(glob.glob(f"{tmp}/*ir-with-opt.ll"))]
+            found = []
+            for path in sorted(glob.glob(f"{tmp}/*ir-with-opt.ll")):
+                with open(path) as f:
+                    found.append(Kernel(f.read(), _conditional_jumps(_object_file(path)) if jumps else None))
+            return found
     return []
+
+
+def kernel_irs(lowered: Any) -> list[str]:
+    """The LLVM IR, after LLVM's optimisations, of each kernel XLA:CPU compiles for ``lowered``
+    (empty for None, or where this JAX cannot dump it)."""
+    return [kernel.ir for kernel in kernels(lowered)]
+
+
+def _object_file(ir_path: str) -> str | None:
+    """The object file XLA dumped beside a kernel's IR: module_0004.jit_f.NAME.ir-with-opt.ll
+    beside module_0004.jit_f.obj-file.NAME.o (a name may hold dots of its own)."""
+    stem = ir_path[: -len("ir-with-opt.ll")].rstrip(".")
+    for k, c in enumerate(stem):
+        candidate = f"{stem[:k]}.obj-file.{stem[k + 1 :]}.o"
+        if c == "." and os.path.exists(candidate):
+            return candidate
+    return None
+
+
+# An x86-64 conditional jump as objdump prints it (je, jne, jb, ...; not jmp).
+_CONDITIONAL_JUMP = re.compile(r"\tj(?!mp)[a-z]+ ")
+
+
+def _conditional_jumps(path: str | None) -> int | None:
+    """The conditional jumps in an object file's machine code, or None where objdump cannot say."""
+    import shutil
+    import subprocess
+
+    objdump = shutil.which("objdump")
+    if path is None or objdump is None:
+        return None
+    run = subprocess.run([objdump, "-d", path], capture_output=True, text=True)
+    return len(_CONDITIONAL_JUMP.findall(run.stdout)) if run.returncode == 0 else None
 
 
 def usable_cores() -> int:

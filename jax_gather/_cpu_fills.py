@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather._cpu_client import INLINE_FLOPS, kernel_ir_holds
+from jax_gather._cpu_client import INLINE_FLOPS, kernel_ir_holds, kernels, lowered_for_cpu
 from jax_gather._cpu_columns import columns_by_written_indices
 from jax_gather._cpu_split import SPLIT_ANYWAY_BYTES
 from jax_gather._fill import (
@@ -87,7 +87,7 @@ def column_fill_from_pad(
     return columns_by_written_indices(padded(data, fill, plan), slots, plan)
 
 
-# Fact (a CPU's): on the AMD EPYC (Zen 5, AVX-512; JAX 0.10 and 0.12) LLVM leaves the loop from the
+# Fact (a CPU's): on the AMD EPYC (AVX-512, Zen 4; JAX 0.10 and 0.12) LLVM leaves the loop from the
 # pad scalar (an index compared, then data or the pad read, an element at a time) and vectorises
 # the select's, 4 lanes; there, past INLINE_FLOPS, the pad took 1.05-2.0x the select's time
 # (uint8 rows by 12982 ids: 1.4-2.0; 1024 rows by 32768 ids 1.17; the benchmark's int8 columns,
@@ -241,8 +241,8 @@ def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) ->
 
 # Fact (x86-64): LLVM folds the bitcasts around the select of bfloat16 elements that select_exact
 # makes of their bit patterns into a select of bfloat vectors (JAX 0.10; from 0.11 XLA selects
-# bfloat16 as it is, the same vectors), which x86-64 without native bfloat16 compiles to a test
-# and branch per element: on an AMD EPYC with AVX2 (Zen 3)
+# bfloat16 as it is, the same vectors), which x86-64 without native bfloat16 vectors compiles to a
+# test and branch per element: on an AMD EPYC with AVX2 (Zen 3)
 # GatherElements of (2**20, 1) along its axis took 570 us where jnp's select in float32 took 270.
 # Against a fill whose bits went through an integer op (opaque_fill) the select stays one of
 # 16-bit integers, vector instructions on any x86-64 CPU: 140 us. Its zeros are one for all on
@@ -250,6 +250,13 @@ def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) ->
 # flops an element more, which below SPLIT_ANYWAY_BYTES would split loops jnp keeps whole
 # (GatherElements of (n, 1) from 2248 elements, jnp's from 65536); from there both split, and on
 # JAX 0.12 (2**20, 1) took 0.10 of jnp's time.
+# A CPU with native bfloat16 vectors (AVX512_BF16: the AMD EPYC Zen 4, Intel's Xeons from Cooper
+# Lake) blends those vectors with a mask (vpblendmw), no branch: there the pin measured level
+# (without / with it 0.71-1.18 on JAX 0.10, 0.87-1.06 on 0.12, intervals across 1.0; GatherElements
+# of 512 x 512 on 0.12 0.92). So the machine code is asked too: a branch per element is
+# BRANCHES_PER_ELEMENT or more conditional jumps than the pinned select's (10-28 more with AVX2 or
+# AVX-512 without BF16 on the shapes of tests/test_cpu_facts.py, 0 with AVX512_BF16).
+BRANCHES_PER_ELEMENT = 8
 BFLOAT_VECTOR_SELECT = re.compile(r"select <\d+ x i1> [^,]+, <\d+ x bfloat>")
 
 
@@ -278,19 +285,30 @@ def xla_selects_bfloat_vectors_unless_pinned(dtype: np.dtype) -> bool:
     """Whether XLA:CPU compiles the generic select of "fill" over single elements of ``dtype`` (of
     bit patterns through JAX 0.10, :func:`jax_gather._fill.selected_as_bits`; of bfloat16 as it
     is from 0.11) to a select of LLVM's bfloat vectors, and the select of bit patterns against the
-    pinned fill to none: asked once a process and type, by the LLVM IR of a GatherElements of
-    64 x 33 elements both ways (about 60 ms)."""
+    pinned fill to none, and that select to a test and branch per element (where objdump can
+    say): asked once a process and type, by the LLVM IR and machine code of a GatherElements of
+    64 x 33 elements both ways (about 80 ms)."""
     if "bfloat" not in str(np.dtype(dtype)):  # LLVM's one type of that name is bfloat16's
         return False
     plan = gather_elements_plan((64, 33), (64, 33), 1)
     fill: Any = np.zeros((), dtype)  # a constant also while a trace is open (a fill passed in is not folded)
     arguments = ((64, 33), dtype), ((64, 33), jnp.int32)
 
-    def bfloat_select(low: Lowering) -> bool:
+    def compiled(low: Lowering) -> tuple[bool, int | None]:
+        """Whether its IR selects bfloat vectors, and its conditional jumps where known."""
         select = lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), fill, plan, low)
-        return kernel_ir_holds(BFLOAT_VECTOR_SELECT, select, *arguments)
+        found = kernels(lowered_for_cpu(select, *arguments), jumps=True)
+        jumps = [k.conditional_jumps for k in found]
+        known = sum(j for j in jumps if j is not None) if found and None not in jumps else None
+        return any(BFLOAT_VECTOR_SELECT.search(k.ir) for k in found), known
 
-    return bfloat_select(GENERIC) and not bfloat_select(Lowering(pin=opaque_fill))
+    (generic, generic_jumps), (pinned, pinned_jumps) = compiled(GENERIC), compiled(Lowering(pin=opaque_fill))
+    if not generic or pinned:
+        return False
+    # Without objdump the IR alone decides (where the pin costs nothing measurable, above).
+    if generic_jumps is None or pinned_jumps is None:
+        return True
+    return generic_jumps >= pinned_jumps + BRANCHES_PER_ELEMENT
 
 
 def xla_vectorises_rows_clamped(dtype: Any, row: tuple[int, ...]) -> bool:

@@ -10,11 +10,13 @@ of AVX-512 is asked of the CPU at hand and its canary says which.
 """
 
 import functools
+import glob
 import itertools
 import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -291,24 +293,75 @@ ONE_ZERO_FLOPS = 5
     ids=str,
 )
 def test_xla_selects_bfloat16_elements_in_bfloat_vectors_unless_their_fill_is_pinned_where_the_library_says(
-    op, shape, index_shape, attribute
+    op, shape, index_shape, attribute, monkeypatch
 ):
     # Why fill_pinned_for_elements: LLVM folds the bitcasts around the select of bfloat16 bit
     # patterns into a select of bfloat vectors (JAX 0.10; from 0.11 XLA selects bfloat16 as it
-    # is, the same vectors), which an x86-64 CPU without native bfloat16 runs as a test and
-    # branch per element (AMD EPYC with AVX2: GatherElements of (2**20, 1), 4.1x the time against
-    # the pinned fill, 10x on JAX 0.12); against the pinned fill it selects 16-bit integers.
+    # is, the same vectors), which an x86-64 CPU without native bfloat16 vectors runs as a test
+    # and branch per element (AMD EPYC with AVX2: GatherElements of (2**20, 1), 4.1x the time
+    # against the pinned fill, 10x on JAX 0.12); against the pinned fill it selects 16-bit
+    # integers. With AVX512_BF16 (AMD EPYC Zen 4) both are a masked blend, and no pin is taken.
     data, ids = np.zeros(shape, BF16), np.zeros(index_shape, np.int32)
     fn = lambda d, i: getattr(jax_gather, op)(d, i, attribute, mode="fill")
-    bfloat_select = lambda: any(
-        _cpu_fills.BFLOAT_VECTOR_SELECT.search(ir) for ir in _kernel_irs(fn, data, ids)
-    )
-    with _cpu.without("fill_pinned_for_elements"):
-        generic = bfloat_select()
-    fact = _cpu_fills.xla_selects_bfloat_vectors_unless_pinned(np.dtype(BF16))
-    assert (generic and not bfloat_select()) == fact
+    fact = ELEMENT_PIN(np.dtype(BF16))
     plan = getattr(plans, f"{op}_plan")(shape, index_shape, attribute)
     assert ("fill_pinned_for_elements" in _cpu.lowering(plan, shape, BF16).names) == fact
+    with _cpu.without("fill_pinned_for_elements"):
+        generic_irs, generic_jumps = _kernel_irs(fn, data, ids), _conditional_jumps(fn, data, ids)
+    monkeypatch.setattr(_cpu_fills, "xla_selects_bfloat_vectors_unless_pinned", lambda dtype: True)
+    _cpu._choose.cache_clear()
+    jax.clear_caches()
+    pinned_irs, pinned_jumps = _kernel_irs(fn, data, ids), _conditional_jumps(fn, data, ids)
+    monkeypatch.undo()
+    _cpu._choose.cache_clear()
+    jax.clear_caches()
+    bfloat_select = lambda irs: any(_cpu_fills.BFLOAT_VECTOR_SELECT.search(ir) for ir in irs)
+    # A branch per element: 10-28 jumps more than the pinned select's 2-3 (AVX2, AVX-512 without
+    # BF16); with AVX512_BF16 as many.
+    branches = generic_jumps >= pinned_jumps + _cpu_fills.BRANCHES_PER_ELEMENT
+    reason = bfloat_select(generic_irs) and not bfloat_select(pinned_irs) and branches
+    if fact:
+        assert reason
+    # Where the CPU blends bfloat vectors, no shape's select branches. (Without them, SSE4_2,
+    # the probe's 64 x 33 has no bfloat vectors; a column of (n, 1) has, and is not pinned.)
+    if not fact and bfloat_select(generic_irs) and "SSE4_2" not in os.environ.get("XLA_FLAGS", ""):
+        assert not branches
+
+
+# The library's question of this CPU, kept before a fixture answers it for the test's sake.
+ELEMENT_PIN = _cpu_fills.xla_selects_bfloat_vectors_unless_pinned
+
+
+def _conditional_jumps(fn, *args) -> int:
+    """The conditional jumps in the machine code XLA:CPU compiles for ``fn``, objdump's."""
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (GNU binutils) disassembles the kernels")
+    with tempfile.TemporaryDirectory() as tmp:
+        options = {"xla_dump_to": tmp, "xla_dump_emitter_re": "llvm"}
+        jax.jit(fn).lower(*_on_cpu(*args)).compile(compiler_options=options)
+        objects = sorted(glob.glob(f"{tmp}/*.o"))
+        assert objects, "XLA:CPU dumped no object file: how does this JAX dump them?"
+        code = subprocess.run(["objdump", "-d", *objects], capture_output=True, text=True, check=True).stdout
+    return sum(
+        line.split("\t")[-1].startswith("j") and not line.split("\t")[-1].startswith("jmp")
+        for line in code.splitlines()
+        if "\t" in line
+    )
+
+
+def test_the_library_counts_a_kernels_conditional_jumps_as_objdump_prints_them():
+    # What xla_selects_bfloat_vectors_unless_pinned compares, one kernel at a time; without
+    # objdump it knows none.
+    fn = lambda d, i: jnp.take(d, i, axis=0, mode="fill", fill_value=-1)
+    args = np.zeros((64, 33), np.float32), np.zeros(7, np.int32)
+    counted = [
+        k.conditional_jumps for k in _cpu_client.kernels(jax.jit(fn).lower(*_on_cpu(*args)), jumps=True)
+    ]
+    assert counted and all(c is not None for c in counted)
+    assert sum(counted) == _conditional_jumps(fn, *args) > 0
+    assert [k.conditional_jumps for k in _cpu_client.kernels(jax.jit(fn).lower(*_on_cpu(*args)))] == [
+        None
+    ] * len(counted)
 
 
 # ---- tuple_mask_by_and ---------------------------------------------------------------------------
