@@ -255,7 +255,7 @@ def select_pin(plan: GatherPlan, shape: tuple, dtype: np.dtype, longest: int) ->
 # (without / with it 0.71-1.18 on JAX 0.10, 0.87-1.06 on 0.12, intervals across 1.0; GatherElements
 # of 512 x 512 on 0.12 0.92). So the machine code is asked too: a branch per element is
 # BRANCHES_PER_ELEMENT or more conditional jumps than the pinned select's (10-28 more with AVX2 or
-# AVX-512 without BF16 on the shapes of tests/test_cpu_facts.py, 0 with AVX512_BF16).
+# AVX-512 without BF16 on the probe's and the shapes of tests/test_cpu_facts.py, 0-1 with AVX512_BF16).
 BRANCHES_PER_ELEMENT = 8
 BFLOAT_VECTOR_SELECT = re.compile(r"select <\d+ x i1> [^,]+, <\d+ x bfloat>")
 
