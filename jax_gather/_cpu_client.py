@@ -72,10 +72,13 @@ def kernels(lowered: Any, jumps: bool = False) -> list[Kernel]:
                 lowered.compile(compiler_options={"xla_dump_to": tmp, **extra})
             except Exception:
                 continue
+            # module_0004.jit_f.NAME.ir-with-opt.ll beside module_0004.jit_f.obj-file.NAME.o
+            objects = {o.replace(".obj-file.", ".", 1)[: -len(".o")]: o for o in glob.glob(f"{tmp}/*.o")}
             found = []
             for path in sorted(glob.glob(f"{tmp}/*ir-with-opt.ll")):
                 with open(path) as f:
-                    found.append(Kernel(f.read(), _conditional_jumps(_object_file(path)) if jumps else None))
+                    obj = objects.get(path[: -len("ir-with-opt.ll")].rstrip("."))
+                    found.append(Kernel(f.read(), _conditional_jumps(obj) if jumps else None))
             return found
     return []
 
@@ -84,17 +87,6 @@ def kernel_irs(lowered: Any) -> list[str]:
     """The LLVM IR, after LLVM's optimisations, of each kernel XLA:CPU compiles for ``lowered``
     (empty for None, or where this JAX cannot dump it)."""
     return [kernel.ir for kernel in kernels(lowered)]
-
-
-def _object_file(ir_path: str) -> str | None:
-    """The object file XLA dumped beside a kernel's IR: module_0004.jit_f.NAME.ir-with-opt.ll
-    beside module_0004.jit_f.obj-file.NAME.o (a name may hold dots of its own)."""
-    stem = ir_path[: -len("ir-with-opt.ll")].rstrip(".")
-    for k, c in enumerate(stem):
-        candidate = f"{stem[:k]}.obj-file.{stem[k + 1 :]}.o"
-        if c == "." and os.path.exists(candidate):
-            return candidate
-    return None
 
 
 # An x86-64 conditional jump as objdump prints it (je, jne, jb, ...; not jmp).

@@ -299,8 +299,10 @@ def xla_selects_bfloat_vectors_unless_pinned(dtype: np.dtype) -> bool:
         select = lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), fill, plan, low)
         found = kernels(lowered_for_cpu(select, *arguments), jumps=True)
         jumps = [k.conditional_jumps for k in found]
-        known = sum(j for j in jumps if j is not None) if found and None not in jumps else None
-        return any(BFLOAT_VECTOR_SELECT.search(k.ir) for k in found), known
+        counted = [j for j in jumps if j is not None]
+        return any(BFLOAT_VECTOR_SELECT.search(k.ir) for k in found), sum(
+            counted
+        ) if counted == jumps else None
 
     (generic, generic_jumps), (pinned, pinned_jumps) = compiled(GENERIC), compiled(Lowering(pin=opaque_fill))
     if not generic or pinned:

@@ -342,11 +342,9 @@ def _conditional_jumps(fn, *args) -> int:
         objects = sorted(glob.glob(f"{tmp}/*.o"))
         assert objects, "XLA:CPU dumped no object file: how does this JAX dump them?"
         code = subprocess.run(["objdump", "-d", *objects], capture_output=True, text=True, check=True).stdout
-    return sum(
-        line.split("\t")[-1].startswith("j") and not line.split("\t")[-1].startswith("jmp")
-        for line in code.splitlines()
-        if "\t" in line
-    )
+    # each instruction: "  4f:\t0f 84 ...\tje     ..."; its mnemonic after the last tab
+    mnemonics = [line.rsplit("\t", 1)[-1].split(" ", 1)[0] for line in code.splitlines() if "\t" in line]
+    return sum(m.startswith("j") and m != "jmp" for m in mnemonics)
 
 
 def test_the_library_counts_a_kernels_conditional_jumps_as_objdump_prints_them():
