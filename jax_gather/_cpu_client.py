@@ -43,6 +43,27 @@ def lowered_for_cpu(fn: Callable[..., Any], *arguments: tuple[tuple[int, ...], A
     return jax.jit(fn).lower(*(jax.ShapeDtypeStruct(s, t, sharding=cpu) for s, t in arguments))
 
 
+_MIN_COMPILE_TIME = "jax_persistent_cache_min_compile_time_secs"
+
+
+def compile_afresh(lowered: Any, **compiler_options: str) -> Any:
+    """``lowered.compile(compiler_options)``, never kept in JAX's persistent compilation cache.
+
+    The facts of a CPU are asked of XLA compiling: where the user enabled the persistent cache
+    (``jax_compilation_cache_dir``) with a threshold under a probe's compile time, a later
+    process would load the probe's program from it, XLA would dump no kernel, and every fact
+    asked of the IR would answer no (four did on the AMD EPYC, measured). No probe's program is
+    written to the cache (the threshold is raised while it compiles), so none is read from it;
+    the threshold is not part of any program's key, so nothing the user compiled is compiled again.
+    """
+    threshold = getattr(jax.config, _MIN_COMPILE_TIME)
+    jax.config.update(_MIN_COMPILE_TIME, 1e30)
+    try:
+        return lowered.compile(compiler_options=compiler_options or None)
+    finally:
+        jax.config.update(_MIN_COMPILE_TIME, threshold)
+
+
 # XLA dumps the LLVM IR of each kernel where asked to: from JAX 0.11 only for the emitters that
 # ``xla_dump_emitter_re`` names, an option JAX before 0.5 may not know. "llvm" names the LLVM IR
 # alone: ".*" also prints each emitter's MLIR, which XLA:CPU 0.11 and 0.12 do on threads that race
@@ -69,7 +90,7 @@ def kernels(lowered: Any, jumps: bool = False) -> list[Kernel]:
     for extra in IR_DUMP_OPTIONS if lowered is not None else ():
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                lowered.compile(compiler_options={"xla_dump_to": tmp, **extra})
+                compile_afresh(lowered, xla_dump_to=tmp, **extra)
             except Exception:
                 continue
             # module_0004.jit_f.NAME.ir-with-opt.ll beside module_0004.jit_f.obj-file.NAME.o

@@ -14,7 +14,7 @@ import numpy as np
 from jax import lax
 
 from jax_gather._arguments import fail
-from jax_gather._cpu_client import lowered_for_cpu
+from jax_gather._cpu_client import compile_afresh, lowered_for_cpu
 from jax_gather._index_check import check_indices
 from jax_gather._x64 import x64_on
 
@@ -311,7 +311,7 @@ def _xla_cpu_select(dtype: np.dtype) -> str:
     if lowered is None:
         return "converted"
     try:
-        text = lowered.compile().as_text() or ""
+        text = compile_afresh(lowered).as_text() or ""
     except RuntimeError:  # XLA:CPU cannot compile its converts for this CPU (see gathered_as_bits)
         return "not at all"
     return "converted" if "convert(" in text else "as it is"

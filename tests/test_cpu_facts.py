@@ -716,6 +716,31 @@ def _splits_a_costly_loop() -> bool:
     return _split_into_tasks(lambda v: v * v + v, np.zeros(1 << 16, np.int32))
 
 
+FACTS_OF_THE_IR = """
+import sys, jax, numpy as np, jax.numpy as jnp
+if len(sys.argv) > 1:  # every program kept in the persistent cache, however fast its compile
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+from jax_gather import _cpu, _cpu_fills, _fill
+print(_cpu.xla_widens_column_indices(), _cpu.xla_scalarises_the_column_pad(),
+      _cpu.xla_vectorises_linear_indices(), _cpu.xla_vectorises_rows_in_units(),
+      _cpu_fills.xla_selects_bfloat_vectors_unless_pinned(np.dtype(jnp.bfloat16)),
+      _fill._xla_cpu_select(np.dtype(jnp.bfloat16)))
+"""
+
+
+def test_the_facts_of_the_ir_are_asked_of_xla_where_a_persistent_cache_holds_programs(tmp_path):
+    # A probe loaded from JAX's persistent compilation cache is not compiled, and XLA dumps no
+    # IR: the facts asked of it answered no in every process after the first (4 of these 6).
+    run = lambda *cache: subprocess.run(
+        [sys.executable, "-c", FACTS_OF_THE_IR, *cache], capture_output=True, text=True, timeout=300
+    )
+    without, first, second = run(), run(str(tmp_path)), run(str(tmp_path))
+    assert without.returncode == first.returncode == second.returncode == 0, second.stderr[-3000:]
+    assert without.stdout == first.stdout == second.stdout
+
+
 def test_xla_splits_loops_where_the_process_may_run_on_two_cores_or_more():
     assert _splits_a_costly_loop() == _cpu_client.xla_splits_loops()
 
