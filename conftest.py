@@ -12,6 +12,8 @@ import importlib
 import importlib.util
 import pathlib
 
+import pytest
+
 EXTRAS = ("onnx", "onnxruntime", "openvino", "jax2onnx", "onnx_ir", "matplotlib", "nbclient", "nbformat")
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -48,3 +50,27 @@ def _library_modules_to_skip() -> list[str]:
 # Its docstring's example tunes the allocator of the process that runs it: run in a child process
 # of its own (tests/test_allocator.py), never in the test run's.
 collect_ignore = ["jax_gather/allocator.py", *_library_modules_to_skip()]
+
+
+# jax2onnx imports its ~450 plugin modules, some running JAX programs, on a process's first export
+# (8-10 s): the files that export through it run on one pytest-xdist worker, which pays that once.
+EXPORTING = {
+    "README.md",
+    "jax_gather/onnx_export.py",
+    "tests/test_batch_dims.py",
+    "tests/test_onnx_export.py",
+}
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown with -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ExportingFilesOnOneWorker(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "jax2onnx" if scope in EXPORTING else scope
+
+    return ExportingFilesOnOneWorker(config, log)

@@ -59,15 +59,35 @@ def _kernel_manager(spec_dir: str) -> KernelManager:
     return KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs, transport="ipc", ip=sockets)
 
 
-def execute(path: Path, timeout: float | None = None) -> nbformat.NotebookNode:
+def inject(nb: nbformat.NotebookNode, parameters: dict[str, object]) -> None:
+    """Puts a cell that assigns ``parameters`` right after the cell tagged ``parameters``.
+
+    Papermill's convention: the tagged cell holds the notebook's defaults, the injected cell
+    (tagged ``injected-parameters``) overrides them, and every later cell sees the new values.
+    """
+    tagged = [k for k, cell in enumerate(nb.cells) if "parameters" in cell.metadata.get("tags", [])]
+    if len(tagged) != 1:
+        found = len(tagged)
+        raise ValueError(f"parameters {sorted(parameters)} need one cell tagged 'parameters'; found {found}")
+    cell = nbformat.v4.new_code_cell("\n".join(f"{name} = {value!r}" for name, value in parameters.items()))
+    cell.metadata["tags"] = ["injected-parameters"]
+    nb.cells.insert(tagged[0] + 1, cell)
+
+
+def execute(
+    path: Path, timeout: float | None = None, parameters: dict[str, object] | None = None
+) -> nbformat.NotebookNode:
     """Runs the notebook at ``path`` in a fresh kernel and returns it with its outputs.
 
-    Raises ``nbclient.exceptions.CellExecutionError`` at the first cell that fails, and
-    ``TimeoutError`` when the cells together take longer than ``timeout`` seconds (by default
-    the notebook's entry in ``TIMEOUTS``).
+    ``parameters`` override the values of the notebook's cell tagged ``parameters`` (see
+    :func:`inject`). Raises ``nbclient.exceptions.CellExecutionError`` at the first cell that
+    fails, and ``TimeoutError`` when the cells together take longer than ``timeout`` seconds (by
+    default the notebook's entry in ``TIMEOUTS``).
     """
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
+    if parameters:
+        inject(nb, parameters)
     budget = timeout if timeout is not None else TIMEOUTS.get(path.name, DEFAULT_TIMEOUT)
     deadline = None
 

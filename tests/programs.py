@@ -50,6 +50,48 @@ def counting_compiles() -> Iterator[list[int]]:
         unregister_event_duration_listener(listener)
 
 
+def check_linear_to_second_order(
+    fn: Callable[..., Any], args: tuple, seed: int = 0, tol: float = 1e-5
+) -> None:
+    """What ``check_grads(fn, args, order=2, modes=("fwd", "rev"))`` checks, for ``fn`` linear in
+    ``args``, in one compiled program rather than one per derivative and finite difference.
+
+    For a linear function the finite difference of ``check_grads`` is the function of the
+    tangent itself, and every derivative of its JVP and VJP with respect to the primals is zero:
+    the JVP is asserted equal to ``fn(tangents)``, the VJP its transpose (the dot-product test
+    ``check_grads`` makes), and the four second derivatives (forward and reverse over forward
+    and reverse) zero; a rule that cannot be differentiated again fails as it would there.
+    """
+    rng = np.random.default_rng(seed)
+    draw = lambda shape, dtype: rng.standard_normal(shape).astype(dtype)
+    tangents = tuple(draw(np.shape(a), np.asarray(a).dtype) for a in args)
+    others = tuple(draw(np.shape(a), np.asarray(a).dtype) for a in args)
+    out = jax.eval_shape(fn, *args)
+    cotangent = draw(out.shape, out.dtype)
+
+    def derivatives(primals: tuple, tangents: tuple, others: tuple, cotangent: Any) -> dict[str, Any]:
+        forward = lambda *p: jax.jvp(fn, p, tangents)[1]
+        reverse = lambda *p: jax.vjp(fn, *p)[1](cotangent)
+        return {
+            "fn(tangents)": fn(*tangents),
+            "forward": forward(*primals),
+            "reverse": reverse(*primals),
+            "forward over forward": jax.jvp(forward, primals, others)[1],
+            "forward over reverse": jax.jvp(reverse, primals, others)[1],
+            "reverse over forward": jax.vjp(forward, *primals)[1](cotangent),
+            "reverse over reverse": jax.vjp(reverse, *primals)[1](others),
+        }
+
+    got = jax.jit(derivatives)(args, tangents, others, cotangent)
+    np.testing.assert_allclose(got["forward"], got["fn(tangents)"], rtol=tol, atol=tol)
+    transposed = sum(np.vdot(r, t) for r, t in zip(got["reverse"], tangents))
+    np.testing.assert_allclose(transposed, np.vdot(cotangent, got["forward"]), rtol=tol, atol=tol)
+    second = ("forward over forward", "forward over reverse", "reverse over forward", "reverse over reverse")
+    for name in second:
+        for value in jax.tree_util.tree_leaves(got[name]):
+            assert not np.any(np.asarray(value)), f"{name} of a linear function is not zero: {value}"
+
+
 def bits(x: Any) -> np.ndarray:
     """The bit patterns of ``x``, as unsigned integers of its width (NaN payloads, -0.0 kept)."""
     x = np.asarray(x)

@@ -23,7 +23,7 @@ import jax_gather
 from jax_gather import _onnx_graph, _x64, backend
 from tests import reference
 from tests.compat import enable_x64
-from tests.onnx_models import GraphBuilder, onnx_node_cases, onnxruntime_session
+from tests.onnx_models import GraphBuilder, node_cases_of_these_ops_only, onnx_node_cases, onnxruntime_session
 from tests.programs import counting_compiles, stdout_with_cpu_devices
 
 NODE_CASES = onnx_node_cases()
@@ -68,7 +68,8 @@ def _onnx_runner_tests():
     """The ONNX backend test runner's own tests for these ops, on CPU, with this backend."""
     import onnx.backend.test
 
-    runner = onnx.backend.test.BackendTest(backend, __name__)
+    with node_cases_of_these_ops_only():
+        runner = onnx.backend.test.BackendTest(backend, __name__)
     wanted = re.compile(r"^test_gather(_elements|nd)?_.*_cpu$")
     loader = unittest.defaultTestLoader
     return [
@@ -459,10 +460,17 @@ def test_index_inputs_of_either_kind_compile_no_more_programs():
 
 @pytest.mark.slow
 def test_a_model_prepared_for_a_device_runs_there():
+    # The model is built here rather than imported with this module, whose import costs 7 s.
     code = """
 import numpy as np
+from onnx import TensorProto, helper
 from jax_gather import _backend_program, backend
-from tests.test_backend import _gather_model
+node = helper.make_node("Gather", ["data", "indices"], ["out"])
+value = lambda name, type_: helper.make_tensor_value_info(name, type_, None)
+graph = helper.make_graph(
+    [node], "one", [value("data", TensorProto.FLOAT), value("indices", TensorProto.INT64)],
+    [value("out", TensorProto.FLOAT)])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 seen = []
 run = _backend_program.Program.run
 def spy(self, feeds, *rest):
@@ -470,7 +478,7 @@ def spy(self, feeds, *rest):
     seen.append(sorted(d.id for d in outputs[0].devices()))
     return outputs
 _backend_program.Program.run = spy
-rep = backend.prepare(_gather_model(), "CPU:1")  # no constants: every argument is a feed
+rep = backend.prepare(model, "CPU:1")  # no constants: every argument is a feed
 print(rep.run([np.arange(6, dtype=np.float32).reshape(3, 2), np.array([2, -3])])[0].tolist(), seen)
 """
     assert stdout_with_cpu_devices(code, devices=2).strip() == "[[4.0, 5.0], [0.0, 1.0]] [[1]]"

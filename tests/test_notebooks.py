@@ -10,6 +10,7 @@ re-executes and saves them.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +24,10 @@ import nbformat
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 EXPECTED = ("01_semantics.ipynb", "02_in_jax_programs.ipynb", "03_performance.ipynb")
 FOUND = sorted(path.name for path in NOTEBOOKS.glob("*.ipynb"))
+# The benchmark of notebook 03 with one paired round rather than five: its cells all run (the
+# command, the table, the figure) in a third of the time; the timings themselves are bench's
+# tests' to judge (tests/test_bench.py).
+PARAMETERS = {"03_performance.ipynb": {"rounds": 1}}
 
 
 def _load_runner():
@@ -52,6 +57,28 @@ def test_the_kernel_runs_this_python(tmp_path):
     assert Path(printed).resolve() == Path(sys.executable).resolve()
 
 
+def test_parameters_override_the_tagged_cell_for_every_later_cell(tmp_path):
+    defaults = nbformat.v4.new_code_cell("rounds = None\nlabel = 'saved'")
+    defaults.metadata["tags"] = ["parameters"]
+    new_cell = nbformat.v4.new_code_cell
+    cells = [new_cell("rounds = 'before'"), defaults, new_cell("print(rounds, label)")]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "parameters.ipynb")
+    executed = run_all.execute(tmp_path / "parameters.ipynb", timeout=60, parameters={"rounds": 1})
+    assert executed.cells[-1].outputs[0].text == "1 saved\n"
+    untagged = tmp_path / "untagged.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells[:1]), untagged)
+    with pytest.raises(ValueError, match="one cell tagged 'parameters'; found 0"):
+        run_all.execute(untagged, timeout=60, parameters={"rounds": 1})
+
+
+@pytest.mark.parametrize("name", PARAMETERS)
+def test_each_notebook_given_parameters_names_them_in_its_tagged_cell(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    (tagged,) = [cell for cell in nb.cells if "parameters" in cell.metadata.get("tags", [])]
+    for parameter in PARAMETERS[name]:
+        assert re.search(rf"^{parameter} = ", tagged.source, re.MULTILINE), (name, parameter, tagged.source)
+
+
 @pytest.mark.parametrize("name", FOUND)
 def test_notebook_is_committed_with_its_outputs(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -73,6 +100,6 @@ def test_notebook_is_committed_with_its_outputs(name):
 @pytest.mark.parametrize("name", FOUND)
 def test_notebook_executes_without_error(name):
     # Raises CellExecutionError, with the failing cell and its traceback, at the first error.
-    executed = run_all.execute(NOTEBOOKS / name)
+    executed = run_all.execute(NOTEBOOKS / name, parameters=PARAMETERS.get(name))
     counts = [cell.execution_count for cell in _code_cells(executed)]
     assert None not in counts

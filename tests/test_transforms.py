@@ -14,7 +14,7 @@ from jax_gather import ops
 from jax_gather._arguments import Mode
 from tests import ops_table
 from tests.compat import enable_x64
-from tests.programs import counting_compiles
+from tests.programs import check_linear_to_second_order, counting_compiles
 
 RNG = np.random.default_rng(0)
 
@@ -103,16 +103,16 @@ def test_grad_is_scatter_add_of_cotangent(op, ref, shape, indices, attr, mode):
         np.testing.assert_allclose(np.asarray(grad).ravel(), expected, rtol=1e-12)
 
 
-# The second order costs about 30x the first. "checked" with these concrete in-bounds indices
-# runs as "promise_in_bounds", which differs from "clip" only in index arithmetic, where the
-# derivative w.r.t. data does not go: "fill" and "clip" cover the lowerings.
+# "checked" with these concrete in-bounds indices runs as "promise_in_bounds", which differs
+# from "clip" only in index arithmetic, where the derivative w.r.t. data does not go: "fill" and
+# "clip" cover the lowerings.
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fill", "clip"])
 @pytest.mark.parametrize("op, ref, shape, indices, attr", CASES, ids=IDS)
 def test_second_order_gradients(op, ref, shape, indices, attr, mode):
     with enable_x64(True):
         f = lambda d: op(d, indices, attr, mode=mode)
-        check_grads(f, (_data(shape, np.float64),), order=2, modes=("fwd", "rev"))
+        check_linear_to_second_order(f, (_data(shape, np.float64),), tol=1e-12)
 
 
 @pytest.mark.core
@@ -242,3 +242,39 @@ def test_exported_program_can_return_an_in_bounds_flag(op, ref, shape, indices, 
     out, ok = restored.call(data, bad)
     assert not bool(ok)
     np.testing.assert_array_equal(np.asarray(out), ref(data, bad, attr, mode="fill", fill=np.nan))
+
+
+def _wrong_tangent():
+    @jax.custom_jvp
+    def double(x):
+        return 2 * x
+
+    double.defjvp(lambda primals, tangents: (double(primals[0]), 3 * tangents[0]))
+    return double
+
+
+def _tangent_through_bits():
+    @jax.custom_jvp
+    def same(x):
+        return x
+
+    # A bitcast has no transpose: reverse mode cannot go through this tangent.
+    bitcast = lambda t: jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(t, jnp.int64), t.dtype)
+    same.defjvp(lambda primals, tangents: (same(primals[0]), bitcast(tangents[0])))
+    return same
+
+
+@pytest.mark.parametrize(
+    "fn, error",
+    [
+        (jnp.sin, AssertionError),  # not linear: its JVP is not the function of the tangent
+        (lambda x: x * jnp.sum(x), AssertionError),  # the first order transposes, the second is not zero
+        (_wrong_tangent(), AssertionError),
+        (_tangent_through_bits(), NotImplementedError),  # "Transpose rule ... not implemented"
+    ],
+)
+def test_the_second_order_check_fails_where_check_grads_would(fn, error):
+    with enable_x64(True), pytest.raises(error):
+        check_linear_to_second_order(fn, (_data((3, 4), np.float64),), tol=1e-12)
+    with enable_x64(True):
+        check_linear_to_second_order(lambda x: 2 * x[::-1], (_data((3, 4), np.float64),), tol=1e-12)
