@@ -7,6 +7,7 @@ import functools
 import math
 import os
 import re
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -44,6 +45,8 @@ def lowered_for_cpu(fn: Callable[..., Any], *arguments: tuple[tuple[int, ...], A
 
 
 _MIN_COMPILE_TIME = "jax_persistent_cache_min_compile_time_secs"
+# Two probes compiling at once on two threads would each restore what the other set.
+_THRESHOLD_RAISED = threading.Lock()
 
 
 def compile_afresh(lowered: Any, **compiler_options: str) -> Any:
@@ -56,12 +59,13 @@ def compile_afresh(lowered: Any, **compiler_options: str) -> Any:
     written to the cache (the threshold is raised while it compiles), so none is read from it;
     the threshold is not part of any program's key, so nothing the user compiled is compiled again.
     """
-    threshold = getattr(jax.config, _MIN_COMPILE_TIME)
-    jax.config.update(_MIN_COMPILE_TIME, 1e30)
-    try:
-        return lowered.compile(compiler_options=compiler_options or None)
-    finally:
-        jax.config.update(_MIN_COMPILE_TIME, threshold)
+    with _THRESHOLD_RAISED:
+        threshold = getattr(jax.config, _MIN_COMPILE_TIME)
+        jax.config.update(_MIN_COMPILE_TIME, 1e30)
+        try:
+            return lowered.compile(compiler_options=compiler_options or None)
+        finally:
+            jax.config.update(_MIN_COMPILE_TIME, threshold)
 
 
 # XLA dumps the LLVM IR of each kernel where asked to: from JAX 0.11 only for the emitters that

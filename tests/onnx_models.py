@@ -60,7 +60,7 @@ def onnx_node_cases() -> tuple:
 
     Each module of onnx's node cases registers its cases as it is imported, computing their
     outputs with onnx.reference: importing all of them (``collect_testcases``) takes 6-9 s, the
-    three of these ops a few milliseconds.
+    three of these ops a fraction of a second.
     """
     import onnx.backend.test.case.node as node_cases
 

@@ -460,7 +460,7 @@ def test_index_inputs_of_either_kind_compile_no_more_programs():
 
 @pytest.mark.slow
 def test_a_model_prepared_for_a_device_runs_there():
-    # The model is built here rather than imported with this module, whose import costs 7 s.
+    # The model is built here: importing this module would cost the child seconds.
     code = """
 import numpy as np
 from onnx import TensorProto, helper
