@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 
 from jax_gather._fill import element_bits, selected_as_bits, xla_cpu_converts_select, xla_cpu_keeps_bits
@@ -71,22 +72,49 @@ def jnp_splits_its_index_loop(components: int) -> bool:
 def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
     """Whether XLA:CPU splits the one loop of a fill of index tuples that read slices, their
     in-bounds flag the and of the components' (``_cpu_fills.all_components``), where it keeps
-    jnp's loops whole (its index loop, and its select's: below SPLIT_ANYWAY_BYTES of indices,
-    data and output).
+    jnp's loops whole (its index loop, and its select's: :func:`jnp_splits_its_select_loop`).
 
     XLA counts 7 flops per component less one, and per slice element one for a plain select or
     one against a pinned fill (``pins_the_fill``), else 3-4 and one per data element (bits
-    selected, pinned or converted): counted here as 8 an element and 4 a tuple, an upper bound.
-    Without the 4 a tuple, float8_e5m2 pairs of rows of 3 by 512 on JAX 0.12 took the and-ed
-    loop, split (2.2-2.7x jnp's time), for two whole loops (0.9); with the data elements counted
-    too, float8 and int4 pairs of rows of 8-32 by 64-512, where jnp's select splits as well,
-    lost the and-ed flag. Int8 pairs of rows of 2-8 by 2048-8192 (the loop split) took 1.4-2.4x
-    jnp's time, the reduced flag 0.78-0.99."""
+    selected, pinned or converted): counted here as 8 an element, 4 a tuple and one a data
+    element, an upper bound. Without the 4 a tuple, float8_e5m2 pairs of rows of 3 by 512 on JAX
+    0.12 took the and-ed loop, split (2.2-2.7x jnp's time), for two whole loops (0.9). Without the
+    data elements, float8 pairs of rows of 2-3 from a 200 x 200 table by 512-3000 took it, split,
+    where jnp's select loop stays whole (1.2-3.0x; read from written indices 0.95-0.97). Int8
+    pairs of rows of 2-8 by 2048-8192 (the loop split) took 1.4-2.4x jnp's time, the reduced flag
+    0.78-0.99."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
-    one_flop = _select_flops(dtype) == (1, 0)
-    per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 3 + 8 * width
+    element, datum = _select_flops(dtype)
+    per_tuple = 7 * k - 1 + width if (element, datum) == (1, 0) else 7 * k + 3 + 8 * width
     nbytes = _slice_fill_bytes(plan, shape, dtype, components)
-    return not _jnp_splits(components, nbytes) and loop_splits(components // k * per_tuple, nbytes)
+    anded = components // k * per_tuple + _table_flops(dtype) * math.prod(shape)
+    jnps = _jnp_splits(components, nbytes) or jnp_splits_its_select_loop(plan, shape, dtype, components)
+    return not jnps and loop_splits(anded, nbytes)
+
+
+def _table_flops(dtype: np.dtype) -> int:
+    """XLA's count a table element in a loop that gathers from it, for a float type of 8 bits or
+    fewer: XLA:CPU gathers it through float16 (a convert of the table), the library on its bits
+    (a bitcast of the table), each a flop an element (float8_e4m3fn pairs of rows of 4 from 64 x
+    64: 16384 of the and-ed loop's 31232, JAX 0.10); none for the others (bfloat16, int4)."""
+    return int(jnp.issubdtype(dtype, jnp.floating) and element_bits(dtype) <= 8)
+
+
+def jnp_splits_its_select_loop(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
+    """Whether XLA:CPU splits the loop in which jnp's fill of index tuples that read slices
+    gathers and selects, its flag read from a loop of its own: 4 flops an element and 1 a data
+    element where XLA converts the type to select it (``_fill.xla_cpu_converts_select``: the
+    float8 types, int4, uint4, float4_e2m1fn, bfloat16 before JAX 0.11), else 1 an element; as
+    bytes its int32 indices, the flag, output and data. Exact, JAX 0.10 and 0.12, ten types,
+    tables of 30 x 30 to 200 x 200, rows of 2-32, 64-8192 tuples (tests/test_cpu_facts.py). A
+    table's convert counts a flop a byte: from about 18 KiB of float8 data the library's and-ed
+    loop, with more flops a tuple than bytes, splits where this one does not."""
+    k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
+    element, datum = (4, 1) if xla_cpu_converts_select(dtype) else (1, 0)
+    tuples = components // k
+    nbytes = _slice_fill_bytes(plan, shape, dtype, components) + tuples
+    flops = tuples * width * element + datum * math.prod(shape)
+    return loop_splits(flops, nbytes) or nbytes >= SPLIT_ANYWAY_BYTES
 
 
 def indexed_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:

@@ -708,6 +708,21 @@ def test_xla_splits_the_element_loop_of_jnps_gather_nd_fill_where_the_library_co
             )
 
 
+@pytest.mark.parametrize("dtype", [jnp.float8_e4m3fn, jnp.int4, jnp.bfloat16, jnp.int8])
+def test_xla_splits_the_select_loop_of_jnps_gather_nd_fill_of_slices_where_the_library_counts_it_so(dtype):
+    # What and_loop_splits asks of jnp's program: a table's convert counts a flop a byte, and from
+    # tables of 10^4 float8 elements the and-ed loop splits where this one stays whole.
+    jnps_fill = lambda d, i: d.at[i[:, 0], i[:, 1]].get(mode="fill")
+    for side, w, n in itertools.product((30, 200), (2, 8, 32), (512, 8192)):
+        data, ids = np.zeros((side, side, w), dtype), np.zeros((n, 2), np.int32)
+        text = _compiled_text(jnps_fill, data, ids)
+        (root,) = [line for line in text[text.index("ENTRY") :].splitlines() if "ROOT" in line]
+        plan = plans.gather_nd_plan(data.shape, ids.shape)
+        said = _cpu_split.jnp_splits_its_select_loop(plan, data.shape, np.dtype(dtype), 2 * n)
+        split = "outer_dimension_partitions" in root
+        assert split == (said and _cpu_client.xla_splits_loops()), (side, w, n)
+
+
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux's CPU affinity")
 
 
