@@ -62,18 +62,28 @@ def onnx_node_cases() -> tuple:
     outputs with onnx.reference: importing all of them (``collect_testcases``) takes 6-9 s, the
     three of these ops a fraction of a second.
     """
+    ops = {"Gather", "GatherElements", "GatherND"}
+    return tuple(
+        c
+        for c in _node_cases_of("gather", "gatherelements", "gathernd")
+        if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type in ops
+    )
+
+
+def onnx_node_case(module: str, name: str):
+    """The ONNX node test case ``name``, registered by onnx's node case module ``module``."""
+    (case,) = [c for c in _node_cases_of(module) if c.name == name]
+    return case
+
+
+def _node_cases_of(*modules: str) -> list:
     import onnx.backend.test.case.node as node_cases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for module in ("gather", "gatherelements", "gathernd"):
+        for module in modules:
             importlib.import_module(f"{node_cases.__name__}.{module}")
-    ops = {"Gather", "GatherElements", "GatherND"}
-    return tuple(
-        c
-        for c in node_cases._NodeTestCases  # what collect_testcases returns, once every module is imported
-        if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type in ops
-    )
+    return list(node_cases._NodeTestCases)  # what collect_testcases returns, once every module is imported
 
 
 @contextlib.contextmanager
