@@ -127,3 +127,18 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     fake = tmp_path / "m.py"
     fake.write_text("from jax_gather import _eager\nx = _eager._calls\n")
     assert _private_attributes(fake, _bound_modules(fake)) == ["jax_gather._eager._calls"]
+
+
+def test_the_suites_scheduler_names_files_that_exist():
+    # conftest.py keeps the files that export through jax2onnx on one worker and starts the
+    # longest first: a file renamed or moved would silently leave both.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", PACKAGE.parent / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    missing = [p for p in sorted(conftest.EXPORTING) if not (PACKAGE.parent / p).is_file()]
+    missing += [p for p in conftest.LONGEST_FIRST if p != "jax2onnx" and not (PACKAGE.parent / p).is_file()]
+    assert not missing, f"conftest.py names files that are not there: {missing}"
+    longest = conftest.LONGEST_FIRST
+    assert "jax2onnx" in longest and len(set(longest)) == len(longest), longest
