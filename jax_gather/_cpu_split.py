@@ -84,11 +84,13 @@ def and_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components:
     pairs of rows of 2-8 by 2048-8192 (the loop split) took 1.4-2.4x jnp's time, the reduced flag
     0.78-0.99."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
-    element, datum = _select_flops(dtype)
-    per_tuple = 7 * k - 1 + width if (element, datum) == (1, 0) else 7 * k + 3 + 8 * width
+    one_flop = _select_flops(dtype) == (1, 0)
+    per_tuple = 7 * k - 1 + width if one_flop else 7 * k + 3 + 8 * width
     nbytes = _slice_fill_bytes(plan, shape, dtype, components)
     anded = components // k * per_tuple + _table_flops(dtype) * math.prod(shape)
-    jnps = _jnp_splits(components, nbytes) or jnp_splits_its_select_loop(plan, shape, dtype, components)
+    # The select loop's bytes are these and the flag's: its SPLIT_ANYWAY_BYTES test holds wherever
+    # _jnp_splits's would.
+    jnps = jnp_splits_its_index_loop(components) or jnp_splits_its_select_loop(plan, shape, dtype, components)
     return not jnps and loop_splits(anded, nbytes)
 
 
