@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_gather import _cpu_linear as linear, _cpu_off_axis as off_axis
+from jax_gather._arguments import Mode
 from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
 from jax_gather._cpu_columns import columns_by_written_indices, reads_columns, xla_widens_column_indices
 from jax_gather._cpu_fills import (
@@ -73,6 +74,7 @@ from jax_gather._cpu_split import (
 from jax_gather._fill import clamped_bits, element_bits, narrow_float
 from jax_gather._fill_pin import opaque_fill
 from jax_gather._lowering import GENERIC, Lowering, one_slice
+from jax_gather._traced_bounds import clamp_pays, index_flops
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
 
@@ -406,6 +408,21 @@ def lowering(plan: GatherPlan, shape: tuple, dtype: Any, index_flops: int | None
     what XLA counts per index component for the mode's arithmetic (None where a fill is selected)."""
     site = Site(plan, tuple(shape), np.dtype(dtype), x64_on(), _cpu_devices(), index_flops)
     return _choose(site, _disabled)
+
+
+def unclamped(plan: GatherPlan, indices: Any, dtype: Any, mode: Mode) -> bool:
+    """Whether a gather in a mode that does not fill leaves its in-bounds indices unclamped."""
+    return mode is not Mode.CLIP and not clamp_pays(plan, indices, dtype)
+
+
+def lowering_in_mode(plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, mode: Mode) -> Lowering:
+    """The CPU lowering of an op's gather in ``mode`` (of the data block it gathers, for a fill),
+    from what XLA counts of the mode's index arithmetic."""
+    if mode.fills:
+        return lowering(plan, plan.data_block or shape, dtype)
+    clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
+    flops = index_flops(clip=clip, unclamped=unclamped(plan, indices, dtype, mode), in_range=in_range)
+    return lowering(plan, shape, dtype, flops)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ copied to the host only to word the error once one is out of bounds.
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -29,8 +30,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_gather import _cpu
 from jax_gather._arguments import Mode, under_a_trace
-from jax_gather._cpu_client import INT32_MAX, aligned_for_cpu, on_host
+from jax_gather._cpu_client import (
+    CPU_COPIED_INLINE,
+    INT32_MAX,
+    READ_IN_PLACE_BYTES_PER_ELEMENT,
+    aligned_for_cpu,
+    data_aligned,
+    data_read_in_place,
+    on_host,
+)
 from jax_gather._host_bounds import (
     NORMALISED_ON_HOST,
     Verdict,
@@ -136,22 +146,24 @@ def make_call(
     in: outside the checked mode, and for JAX arrays, that program is the call. In the checked
     mode the verdict on the indices (:class:`Verdict`) picks between the program for indices in
     [0, s-1] (``Mode.IN_RANGE``) and the one that normalises negative indices
-    (``Mode.PROMISE_IN_BOUNDS``).
+    (``Mode.PROMISE_IN_BOUNDS``). NumPy data that JAX's CPU client would copy is read in place
+    where that pays (:func:`reads_in_place`), else aligned where that pays.
     """
+    in_place = reads_in_place(plan, mode, data, indices)
+
+    def placed(program: Call) -> Call:
+        if type(data) is not np.ndarray:
+            return program  # the signature holds data's type
+        return data_read_in_place(program, data.shape) if in_place else data_aligned(program)
+
     if mode is not Mode.CHECKED:
-        program = programs(mode)
-        if type(data) is not np.ndarray and type(indices) is not np.ndarray:
+        program = placed(programs(mode))
+        if type(indices) is not np.ndarray:
             return program  # nothing to prepare on the host (the signature holds both types)
-
-        def call(data: Any, indices: Any) -> Any:
-            if type(data) is np.ndarray:
-                data = aligned_for_cpu(data)
-            return program(data, _narrowed(indices))
-
-        return call
+        return lambda data, indices: program(data, _narrowed(indices))
     if not on_host(indices):
         return checked_on_device(plan, programs, indices.sharding)
-    in_range, promise = programs(Mode.IN_RANGE), programs(Mode.PROMISE_IN_BOUNDS)
+    in_range, promise = placed(programs(Mode.IN_RANGE)), placed(programs(Mode.PROMISE_IN_BOUNDS))
     test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
     # In [0, s-1], 64-bit host indices convert exactly to the int32 of x64 off, unless an axis
     # is longer than int32 addresses; there they saturate as in every mode (narrow_host_indices).
@@ -167,8 +179,6 @@ def make_call(
     judged_while_gathered = not normalised_inline and indices.size > NORMALISED_ON_HOST
 
     def checked(data: Any, indices: Any) -> Any:
-        if type(data) is np.ndarray:
-            data = aligned_for_cpu(data)
         numpy = type(indices) is np.ndarray
         host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
         if not numpy and verdict_of is not None:
@@ -204,6 +214,24 @@ def make_call(
         return in_range(data, indices)
 
     return checked
+
+
+def reads_in_place(plan: GatherPlan, mode: Mode, data: Any, indices: Any) -> bool:
+    """Whether an eager call reads NumPy data in place
+    (:func:`jax_gather._cpu_client.data_read_in_place`): data JAX's CPU client would copy, of
+    READ_IN_PLACE_BYTES_PER_ELEMENT bytes per output element or more, where no CPU lowering of
+    the call's programs reads data another way than the generic gather (in other units, or
+    padded: measured only for the generic gather)."""
+    if type(data) is not np.ndarray or data.nbytes < CPU_COPIED_INLINE:
+        return False
+    if math.prod(plan.output_shape) * READ_IN_PLACE_BYTES_PER_ELEMENT > data.nbytes:
+        return False
+    dtype = jax.dtypes.canonicalize_dtype(data.dtype)
+    for run in (Mode.IN_RANGE, Mode.PROMISE_IN_BOUNDS) if mode is Mode.CHECKED else (mode,):
+        low = _cpu.lowering_in_mode(plan, data.shape, dtype, indices, run)
+        if low.forward is not None or (run.fills and low.fill is not None):  # a fill only fills
+            return False
+    return True
 
 
 _OUT_OF_BOUNDS, _IN_RANGE = Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE  # read on every call: no enum lookups

@@ -17,7 +17,7 @@ from jax_gather import _cpu, _eager, _lowering, _strings
 from jax_gather._arguments import Mode, check_mode, fail, static_int, under_a_trace
 from jax_gather._fill import fill_scalar
 from jax_gather._host_bounds import Verdict, check_index_dtype, host_indices, judge, narrow_host_indices
-from jax_gather._traced_bounds import check_in_bounds, clamp_pays, in_bounds_mask, index_flops
+from jax_gather._traced_bounds import check_in_bounds, in_bounds_mask
 from jax_gather._x64 import x64_enabled_if
 from jax_gather.plans import GatherPlan, gather_elements_plan, gather_nd_plan, gather_plan
 
@@ -135,7 +135,7 @@ def _library_form(
     if checks:
         indices = check_in_bounds(plan, indices, ok)
     if mode.fills:
-        low = _cpu.lowering(plan, plan.data_block or data.shape, data.dtype)  # the data gathered
+        low = _cpu.lowering_in_mode(plan, data.shape, data.dtype, indices, mode)
         if constant_indices:
             low = dataclasses.replace(low, pins_from_data=True)
         if plan.tuple_indices:
@@ -151,9 +151,8 @@ def _library_form(
         out = _lowering.gather_or_fill(data, indices, ok, fill, plan, low)
     else:
         clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
-        unclamped = not clip and not clamp_pays(plan, indices, data.dtype)
-        flops = index_flops(clip=clip, unclamped=unclamped, in_range=in_range)
-        low = _cpu.lowering(plan, data.shape, data.dtype, flops)
+        low = _cpu.lowering_in_mode(plan, data.shape, data.dtype, indices, mode)
+        unclamped = _cpu.unclamped(plan, indices, data.dtype, mode)
         out = _lowering.gather(data, indices, plan, low, clip=clip, unclamped=unclamped, in_range=in_range)
     chex.assert_shape(out, plan.output_shape)
     return out

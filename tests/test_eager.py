@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given
 
 import jax_gather
-from jax_gather import _cpu_client, _eager, _host_bounds, ops, plans
+from jax_gather import _cpu, _cpu_client, _eager, _host_bounds, ops, plans
 from jax_gather._arguments import Mode
 from jax_gather._host_bounds import Verdict
+from jax_gather._lowering import Lowering
 from tests import ops_table, reference
 from tests.compat import enable_x64
 from tests.programs import counting_compiles, stdout_with_cpu_devices
@@ -370,6 +371,89 @@ def test_only_what_the_cpu_client_would_copy_on_a_worker_thread_is_split():
     assert _cpu_client.split_for_cpu(at(16, 2 * _cpu_client.CPU_COPIED_INLINE).reshape(2, -1)[:, ::2]) is None
     with enable_x64(False):  # JAX would narrow it: a copy anyway
         assert _cpu_client.split_for_cpu(at(16, dtype=np.int64)) is None
+
+
+def _data_at(offset, shape, dtype, seed=0):
+    """Data of ``shape`` whose buffer starts ``offset`` bytes past a CPU_ALIGNMENT boundary."""
+    values = make_data(shape, dtype, seed)
+    raw = np.empty(values.nbytes + 2 * _cpu_client.CPU_ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % _cpu_client.CPU_ALIGNMENT + offset
+    data = raw[start : start + values.nbytes].view(values.dtype).reshape(shape)
+    data[...] = values
+    return data
+
+
+def _in_place_indices(name, count, size, rng, out_of_bounds):
+    """``count`` indices into axis 0 (of ``size``) for each op, negative ones among them, and
+    two past either end where ``out_of_bounds``."""
+    low, high = (-size - 2, size + 2) if out_of_bounds else (-size, size)
+    ids = rng.integers(low, high, count)
+    if name == "gather_elements":
+        return ids.reshape(-1, 16)  # along axis 0 of 16 columns
+    if name == "gather_nd":
+        return np.stack([ids, rng.integers(0, 16, count)], axis=-1)  # pairs
+    return ids
+
+
+@pytest.mark.parametrize("mode", ["checked", "fill", "clip", "promise_in_bounds"])
+@pytest.mark.parametrize(
+    "dtype, offset",
+    [(np.float32, 0), (np.float32, 16), (np.float32, 32), (np.float32, 48)]
+    + [(np.int8, 16), (jnp.bfloat16, 48)],
+)
+@pytest.mark.parametrize("name", OPS)
+def test_unaligned_numpy_data_is_read_in_place_exactly(name, dtype, mode, offset, monkeypatch):
+    # A NumPy table the CPU client would copy, gathered sparsely: its head and tail go to the
+    # program joined (split_for_cpu), at every offset past a boundary NumPy gives; aligned, it
+    # is aliased as it is. Each call's result is the reference's, bit for bit.
+    fn, _, ref, _, _ = OPS[name]
+    size = _cpu_client.CPU_COPIED_INLINE // np.dtype(dtype).itemsize // 16 + 7
+    data = _data_at(offset, (size, 16), dtype)
+    rng = np.random.default_rng(offset)
+    ids = _in_place_indices(name, 64, size, rng, mode in ("fill", "clip"))
+    splits = []
+    split_for_cpu = _cpu_client.split_for_cpu
+    monkeypatch.setattr(_cpu_client, "split_for_cpu", lambda a: splits.append(split_for_cpu(a)) or splits[-1])
+    _eager.clear()
+    kwargs = {} if mode == "checked" else {"mode": mode}
+    ref_mode = {"checked": "raise", "promise_in_bounds": "raise"}.get(mode, mode)
+    fill = np.zeros((), dtype) if mode == "fill" else None
+    expected = ref(data, ids, 0, mode=ref_mode, fill=fill)
+    for _ in range(2):  # the first call makes the signature's call, the second is looked up
+        out = fn(data, ids, 0, **kwargs)
+        np.testing.assert_array_equal(np.asarray(out).view(np.uint8), expected.view(np.uint8))
+    in_place = _eager.reads_in_place(OPS[name][1](data.shape, ids.shape, 0), Mode(mode), data, ids)
+    assert in_place or mode == "fill"  # a fill's CPU lowering may pad data
+    assert [parts is not None for parts in splits] == [in_place and offset != 0] * len(splits)
+    assert len(splits) == 2 * in_place
+    if mode == "checked":  # judged still: an index past the end raises, read in place or not
+        bad = ids.copy()
+        bad.reshape(-1)[5] = size
+        with pytest.raises(IndexError, match=str(size)):
+            fn(data, bad, 0)
+
+
+def test_numpy_data_is_read_in_place_only_where_it_pays(monkeypatch):
+    def reads_in_place(data, count, mode=Mode.CHECKED):
+        ids = np.zeros(count, np.int64)
+        return _eager.reads_in_place(plans.gather_plan(data.shape, ids.shape, 0), mode, data, ids)
+
+    rows = _cpu_client.CPU_COPIED_INLINE // 64 + 1  # rows of 16 float32, 64 bytes each
+    data = _data_at(16, (rows, 16), np.float32)
+    most = data.nbytes // _cpu_client.READ_IN_PLACE_BYTES_PER_ELEMENT // 16  # ids of 16 elements
+    assert reads_in_place(data, most) and reads_in_place(data, most, mode=Mode.FILL)
+    assert not reads_in_place(data, most + 1)  # the join's select an element costs more
+    assert not reads_in_place(jnp.asarray(data), 1)  # a JAX array is where it is
+    assert not reads_in_place(_data_at(16, (rows // 2, 16), np.float32), 1)  # the client copies it inline
+    # Where a CPU lowering reads data another way (measured only for the generic gather).
+    lowering = _cpu.lowering_in_mode
+    for part in ("forward", "fill"):
+        other = lambda *a, part=part: Lowering(**{part: lambda *b: None})
+        monkeypatch.setattr(_cpu, "lowering_in_mode", other)
+        assert not reads_in_place(data, 1, mode=Mode.FILL)
+        assert reads_in_place(data, 1, mode=Mode.CLIP) is (part == "fill")  # a fill only fills
+    monkeypatch.setattr(_cpu, "lowering_in_mode", lowering)
+    assert reads_in_place(data, 1, mode=Mode.CLIP)
 
 
 @pytest.mark.parametrize(
