@@ -220,11 +220,16 @@ def joined(head: Any, tail: Any, shape: tuple[int, ...]) -> Any:
 # XLA fuses into the gather's loop), where the copy it spares costs a byte of data at a time. So
 # it pays where data holds many bytes per element gathered. Measured (AMD EPYC, JAX 0.10.2 and
 # 0.12.0.1; eager checked calls in place against the aligned copy of aligned_for_cpu through JAX
-# 0.10, the client's copy from 0.11; 11 paired rounds), by output elements per byte of data: up to
-# 1/16, 0.10-0.84 (1000 x 64 float32 by 64 ids 0.79, 0.84 on 0.12; 65536 x 64 by 1024 0.10, by
-# 16384 0.43; 400000 x 16 int8 by 20000 0.36); at 1/8 0.74-0.84; at 1/4 0.71-2.86 (400000 x 16
-# int8 by 100000: 1.67, 2.86 on 0.12); at 1/2 and more 0.80-1.74.
-READ_IN_PLACE_BYTES_PER_ELEMENT = 16  # data's bytes per output element, at least
+# 0.10, the client's copy from 0.11; 11-15 paired rounds), by output elements per byte of data:
+# up to 1/32, 0.10-0.91 (1000 x 64 float32 by 64 ids 0.79, 0.84 on 0.12; 65536 x 64 by 1024 0.10;
+# 30000 x 16 by 3500 0.73; 200000 x 16 int8 by 1000 0.30, by 6000 0.91; GatherElements 0.58-1.01);
+# at 1/16 0.43-1.18 (30000 x 16 float32 by 7000: 1.11-1.18); at 1/4 0.71-2.86 (400000 x 16 int8
+# by 100000: 1.67, 2.86 on 0.12); from 1/2 0.80-1.74.
+READ_IN_PLACE_BYTES_PER_ELEMENT = 32  # data's bytes per output element, at least
+# From JAX 0.11, where the client copies on the calling thread, a copy of data in the cache costs
+# less than the join (JAX 0.12.0.1, in place / the client's copy: tables of 100-800 KiB
+# 0.84-1.63, 1000 x 64 float32 by 64 ids 0.84-1.17; of 1.9 MiB and more 0.06-0.89).
+READ_IN_PLACE_MIN_BYTES = CPU_COPIED_INLINE if CLIENT_COPIES_ON_A_WORKER_THREAD else 2 << 20
 
 
 Call = Callable[[Any, Any], Any]  # call(data, indices)

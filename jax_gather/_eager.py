@@ -33,9 +33,9 @@ import numpy as np
 from jax_gather import _cpu
 from jax_gather._arguments import Mode, under_a_trace
 from jax_gather._cpu_client import (
-    CPU_COPIED_INLINE,
     INT32_MAX,
     READ_IN_PLACE_BYTES_PER_ELEMENT,
+    READ_IN_PLACE_MIN_BYTES,
     aligned_for_cpu,
     data_aligned,
     data_read_in_place,
@@ -219,10 +219,10 @@ def make_call(
 def reads_in_place(plan: GatherPlan, mode: Mode, data: Any, indices: Any) -> bool:
     """Whether an eager call reads NumPy data in place
     (:func:`jax_gather._cpu_client.data_read_in_place`): data JAX's CPU client would copy, of
-    READ_IN_PLACE_BYTES_PER_ELEMENT bytes per output element or more, where no CPU lowering of
-    the call's programs reads data another way than the generic gather (in other units, or
-    padded: measured only for the generic gather)."""
-    if type(data) is not np.ndarray or data.nbytes < CPU_COPIED_INLINE:
+    READ_IN_PLACE_MIN_BYTES or more and READ_IN_PLACE_BYTES_PER_ELEMENT per output element,
+    where no CPU lowering of the call's programs reads data another way than the generic gather
+    (in other units, or padded: measured only for the generic gather)."""
+    if type(data) is not np.ndarray or data.nbytes < READ_IN_PLACE_MIN_BYTES:
         return False
     if math.prod(plan.output_shape) * READ_IN_PLACE_BYTES_PER_ELEMENT > data.nbytes:
         return False

@@ -407,7 +407,7 @@ def test_unaligned_numpy_data_is_read_in_place_exactly(name, dtype, mode, offset
     # program joined (split_for_cpu), at every offset past a boundary NumPy gives; aligned, it
     # is aliased as it is. Each call's result is the reference's, bit for bit.
     fn, _, ref, _, _ = OPS[name]
-    size = _cpu_client.CPU_COPIED_INLINE // np.dtype(dtype).itemsize // 16 + 7
+    size = _cpu_client.READ_IN_PLACE_MIN_BYTES // np.dtype(dtype).itemsize // 16 + 7
     data = _data_at(offset, (size, 16), dtype)
     rng = np.random.default_rng(offset)
     ids = _in_place_indices(name, 64, size, rng, mode in ("fill", "clip"))
@@ -438,13 +438,13 @@ def test_numpy_data_is_read_in_place_only_where_it_pays(monkeypatch):
         ids = np.zeros(count, np.int64)
         return _eager.reads_in_place(plans.gather_plan(data.shape, ids.shape, 0), mode, data, ids)
 
-    rows = _cpu_client.CPU_COPIED_INLINE // 64 + 1  # rows of 16 float32, 64 bytes each
+    rows = _cpu_client.READ_IN_PLACE_MIN_BYTES // 64 + 1  # rows of 16 float32, 64 bytes each
     data = _data_at(16, (rows, 16), np.float32)
     most = data.nbytes // _cpu_client.READ_IN_PLACE_BYTES_PER_ELEMENT // 16  # ids of 16 elements
     assert reads_in_place(data, most) and reads_in_place(data, most, mode=Mode.FILL)
     assert not reads_in_place(data, most + 1)  # the join's select an element costs more
     assert not reads_in_place(jnp.asarray(data), 1)  # a JAX array is where it is
-    assert not reads_in_place(_data_at(16, (rows // 2, 16), np.float32), 1)  # the client copies it inline
+    assert not reads_in_place(_data_at(16, (rows - 2, 16), np.float32), 1)  # a copy costs less
     # Where a CPU lowering reads data another way (measured only for the generic gather).
     lowering = _cpu.lowering_in_mode
     for part in ("forward", "fill"):
