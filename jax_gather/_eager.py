@@ -41,6 +41,7 @@ from jax_gather._cpu_client import (
     data_read_in_place,
     on_host,
 )
+from jax_gather._fill import element_bits
 from jax_gather._host_bounds import (
     NORMALISED_ON_HOST,
     Verdict,
@@ -221,8 +222,11 @@ def reads_in_place(plan: GatherPlan, mode: Mode, data: Any, indices: Any) -> boo
     (:func:`jax_gather._cpu_client.data_read_in_place`): data JAX's CPU client would copy, of
     READ_IN_PLACE_MIN_BYTES or more and READ_IN_PLACE_BYTES_PER_ELEMENT per output element,
     where no CPU lowering of the call's programs reads data another way than the generic gather
-    (in other units, or padded: measured only for the generic gather)."""
+    (in other units, or padded: measured only for the generic gather). Not sub-byte types,
+    which XLA:CPU converts to bytes on the way (measured for none)."""
     if type(data) is not np.ndarray or data.nbytes < READ_IN_PLACE_MIN_BYTES:
+        return False
+    if element_bits(data.dtype) != 8 * data.dtype.itemsize:
         return False
     if math.prod(plan.output_shape) * READ_IN_PLACE_BYTES_PER_ELEMENT > data.nbytes:
         return False
