@@ -109,6 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --grid: eager calls of both (no jax.jit), the checked mode judged on the host",
     )
     bench.add_argument(
+        "--numpy",
+        action="store_true",
+        help="with --grid --eager: NumPy inputs (data 16 bytes past a 64-byte boundary, as NumPy's "
+        "large arrays start; int64 indices), given to jnp.take and take_along_axis as they are, to "
+        "indexing through jnp.asarray",
+    )
+    bench.add_argument(
         "--backward",
         action="store_true",
         help="with --grid: the gradients w.r.t. data of both, jitted (float32, bfloat16, float16)",

@@ -320,10 +320,12 @@ def test_grid_cells_compare_equal_work(op, dtype):
         for mode in grid.MODES:
             ours = np.asarray(jax.jit(grid.ours_call(cell, mode))(d, i))
             theirs = np.asarray(jax.jit(grid.jnp_call(cell, mode))(d, i))
+            peers = [theirs]
+            if op in ("gather axis 0", "gather axis 1"):  # where the eager call is jnp.take's
+                peers.append(np.asarray(grid.jnp_call(cell, mode, eager=True)(d, i)))
             assert grid._plan(cell).output_shape == ours.shape
-            np.testing.assert_array_equal(
-                ours.view(np.uint8), theirs.view(np.uint8), err_msg=f"{cell} {mode}"
-            )
+            for peer in peers:
+                np.testing.assert_array_equal(ours.view(np.uint8), peer.view(np.uint8), f"{cell} {mode}")
 
 
 @pytest.mark.parametrize("dtype", grid.RANDOM_DTYPES)
@@ -425,9 +427,33 @@ def test_an_eager_grid_times_the_calls_unjitted_and_remeasures_them_so(tmp_path,
     assert result["eager"] is True and [r["eager"] for r in result["grid"]] == [True]
     seen = []
     row = _level(result["grid"][0])  # one cell and mode picked, whatever two rounds measured
-    monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, eager, _: seen.append(eager) or row)
+    monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, eager, *_: seen.append(eager) or row)
     assert len(grid.remeasure([row], rounds=2, top=1)) == 1
     assert seen == [True]
+
+
+def test_an_eager_grid_of_numpy_inputs_gives_both_numpy_and_remeasures_them_so(tmp_path, monkeypatch):
+    import jax_gather
+
+    given = []
+    real_gather = jax_gather.gather
+    spy = lambda d, i, *a, **k: given.append((d, i)) or real_gather(d, i, *a, **k)
+    monkeypatch.setattr(jax_gather, "gather", spy)
+    path = tmp_path / "numpy.json"
+    argv = ["bench", "--grid", "--eager", "--numpy", "--quick", "--only", "gather axis 0 int8 w=1024 n=129"]
+    assert cli.main([*argv, "--rounds", "2", "--no-tune-allocator", "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    assert result["numpy"] is True and [r["numpy"] for r in result["grid"]] == [True]
+    data, ids = given[0]
+    assert type(data) is np.ndarray and data.ctypes.data % 64 == 16 and data.shape == (4096, 1024)
+    assert type(ids) is np.ndarray and ids.dtype == np.int64
+    seen = []
+    row = _level(result["grid"][0])
+    monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, *flags: seen.append(flags) or row)
+    assert len(grid.remeasure([row], rounds=2, top=1)) == 1
+    assert seen == [(True, False, True)]
+    with pytest.raises(ValueError, match="give --eager"):
+        grid.run(quick=True, numpy=True)
 
 
 def _level(row: dict) -> dict:
@@ -450,7 +476,7 @@ def test_a_backward_grid_times_the_gradients_of_float_cells_and_remeasures_them_
     assert len(differentiated) == 2 * len(grid.MODES) + 1  # ours and jnp's in each mode, and the A/A
     seen = []
     row = _level(result["grid"][0])  # one cell and mode picked, whatever two rounds measured
-    monkeypatch.setattr(grid, "run_cell", lambda c, rounds, settle, _, backward: seen.append(backward) or row)
+    monkeypatch.setattr(grid, "run_cell", lambda c, rounds, settle, _, back, *f: seen.append(back) or row)
     assert len(grid.remeasure([row], rounds=2, top=1)) == 1
     assert seen == [True]
     assert {c.dtype for c in grid.random_cells(60, seed=1, backward=True)} == set(grid.BACKWARD_DTYPES)

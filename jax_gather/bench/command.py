@@ -100,6 +100,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         return 0
     random, seed, eager = getattr(args, "random", 0), getattr(args, "seed", 0), getattr(args, "eager", False)
     backward, tables = getattr(args, "backward", False), getattr(args, "tables", False)
+    numpy = getattr(args, "numpy", False)
     rows = grid.run(
         quick=args.quick,
         rounds=args.rounds,
@@ -110,12 +111,13 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         eager=eager,
         backward=backward,
         tables=tables,
+        numpy=numpy,
     )
     print(grid.format_summary(rows))
     if args.json:
         result = {"machine": machine, "allocator_tuned": args.tune_allocator, "sync_dispatch": sync}
         result |= {"random": {"cells": random, "seed": seed, "tables": tables}} if random else {}
-        result |= {"eager": eager, "backward": backward}
+        result |= {"eager": eager, "backward": backward, "numpy": numpy}
         with open(args.json, "w") as f:
             json.dump(result | {"grid": rows}, f, indent=1)
     if args.plot:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from jax_gather.bench.overhead import numpy_aligned_16
 from jax_gather.bench.report import progress
 from jax_gather.bench.timing import geomean, paired, paired_rounds, ready, time_call
 
@@ -188,18 +189,19 @@ def make_inputs(cell: Cell, seed: int = 0) -> tuple[Any, Any]:
     return jnp.asarray(data), jnp.asarray(indices)
 
 
-def jnp_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
-    """The call a user would write with jnp for the cell's op, in ``mode`` ("checked" -> "fill")."""
+def jnp_call(cell: Cell, mode: str, eager: bool = False, numpy: bool = False) -> Callable[[Any, Any], Any]:
+    """The call a user would write with jnp for the cell's op, in ``mode`` ("checked" -> "fill");
+    ``eager``: called unjitted, where ``jnp.take`` (jitted inside) is the faster of the two;
+    ``numpy``: of NumPy inputs, which ``jnp.take`` and ``take_along_axis`` take as they are and
+    indexing after ``jnp.asarray``."""
     import jax
     import jax.numpy as jnp
 
     m = "fill" if mode == "checked" else mode
     _, _, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count, cell.table)
     kind = OPS[cell.op]
-    if kind == "gather":  # jnp.take has no promise_in_bounds; indexing has every mode
-        lead = (slice(None),) * (attribute - batch_dims)
-        fn = lambda d, i: d.at[lead + (i,)].get(mode=m)
-        return jax.vmap(fn) if batch_dims else fn
+    if kind == "gather" and eager and not batch_dims and m != "promise_in_bounds":
+        return lambda d, i: jnp.take(d, i, axis=attribute, mode=m)
     if kind == "gather_elements":
         # Indices may be narrower than data (ONNX allows it, jnp does not: a slice first), and
         # take_along_axis reads negative indices as they are under a promise: normalised first.
@@ -210,7 +212,13 @@ def jnp_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
             return jnp.take_along_axis(d, i, axis=attribute, mode=m)
 
         return elements
-    return lambda d, i: d.at[tuple(i[..., c] for c in range(i.shape[-1]))].get(mode=m)
+    if kind == "gather":  # jnp.take has no promise_in_bounds; indexing has every mode
+        lead = (slice(None),) * (attribute - batch_dims)
+        fn = lambda d, i: d.at[lead + (i,)].get(mode=m)
+        indexed = jax.vmap(fn) if batch_dims else fn
+    else:
+        indexed = lambda d, i: d.at[tuple(i[..., c] for c in range(i.shape[-1]))].get(mode=m)
+    return (lambda d, i: indexed(jnp.asarray(d), jnp.asarray(i))) if numpy else indexed
 
 
 def ours_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
@@ -226,12 +234,14 @@ AGAIN = "again"
 
 
 def run_cell(
-    cell: Cell, rounds: int, settle: float, eager: bool = False, backward: bool = False
+    cell: Cell, rounds: int, settle: float, eager: bool = False, backward: bool = False, numpy: bool = False
 ) -> dict[str, Any]:
     """Times one cell; returns its row (per mode: the ratio ours / jnp and its interval).
     ``eager``: both called as they are, without ``jax.jit`` (the library's eager path, whose
-    checked mode judges the indices on the host, against jnp's own eager call). ``backward``:
-    the gradient w.r.t. data of the sum of each's output (in float32), jitted."""
+    checked mode judges the indices on the host, against jnp's own eager call); ``numpy``: with
+    NumPy inputs, data 16 bytes past a 64-byte boundary (where NumPy's large arrays start) and
+    int64 indices, as jnp's call takes them (:func:`jnp_call`).
+    ``backward``: the gradient w.r.t. data of the sum of each's output (in float32), jitted."""
     import jax
     import jax.numpy as jnp
 
@@ -239,8 +249,10 @@ def run_cell(
     wrap: Callable[[Any], Any] = (lambda f: f) if eager else jax.jit
     if backward:
         wrap = lambda f: jax.jit(jax.grad(lambda d, i: f(d, i).astype(jnp.float32).sum()))
+    if numpy:
+        d, i = numpy_aligned_16(np.asarray(d)), numpy_aligned_16(np.asarray(i).astype(np.int64))
     fns = {f"ours {m}": wrap(ours_call(cell, m)) for m in MODES}
-    fns |= {f"jnp {m}": wrap(jnp_call(cell, m)) for m in MODES}
+    fns |= {f"jnp {m}": wrap(jnp_call(cell, m, eager, numpy)) for m in MODES}
     fns[AGAIN] = wrap(ours_call(cell, MODES[0]))  # the A/A control: the first compiled again
     calls: dict[str, Callable[[], Any]] = {name: functools.partial(ready, f, d, i) for name, f in fns.items()}
     once = time_call(calls[f"jnp {MODES[0]}"], 1)
@@ -248,6 +260,7 @@ def run_cell(
     times = paired_rounds(calls, rounds, reps, settle)
     row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps}
     row |= ({"eager": True} if eager else {}) | ({"backward": True} if backward else {})
+    row |= {"numpy": True} if numpy else {}
     row["jnp_s"] = {m: float(np.median(times[f"jnp {m}"])) for m in MODES}
     row["ours_s"] = {m: float(np.median(times[f"ours {m}"])) for m in MODES}
     row["aa"], row["aa_interval"] = paired(times[f"ours {MODES[0]}"], times[AGAIN])
@@ -272,12 +285,15 @@ def run(
     eager: bool = False,
     backward: bool = False,
     tables: bool = False,
+    numpy: bool = False,
 ) -> list[dict[str, Any]]:
     """Times the grid's cells (``quick``: the smaller grid; ``random``: that many random_cells,
-    of random table lengths where ``tables``; ``eager``: as eager calls; ``backward``: their
-    gradients)."""
+    of random table lengths where ``tables``; ``eager``: as eager calls, of NumPy inputs where
+    ``numpy``; ``backward``: their gradients)."""
     if eager and backward:
         raise ValueError("bench --grid: --eager and --backward do not combine (gradients are timed jitted)")
+    if numpy and not eager:
+        raise ValueError("bench --grid: --numpy times eager calls of NumPy inputs; give --eager")
     if tables and not random:
         raise ValueError("bench --grid: --tables draws table lengths for --random cells; give --random N")
     todo = random_cells(random, seed, only, backward, tables) if random else cells(quick, only, backward)
@@ -286,7 +302,7 @@ def run(
         progress(k, len(todo), cell.name)
         if k % 100 == 0 and not sys.stderr.isatty():  # a run of half an hour, logged to a file
             print(f"grid: {k} of {len(todo)} cells", file=sys.stderr, flush=True)
-        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle, eager, backward))
+        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle, eager, backward, numpy))
     progress(len(todo), len(todo), "done")
     return rows
 
@@ -317,7 +333,8 @@ def remeasure(
     records = []
     for k, ((cell, mode), row) in enumerate(picked.items()):
         progress(k, len(picked), cell.name)
-        again = run_cell(cell, rounds, settle, bool(row.get("eager")), bool(row.get("backward")))
+        flags = (bool(row.get("eager")), bool(row.get("backward")), bool(row.get("numpy")))
+        again = run_cell(cell, rounds, settle, *flags)
         records.append(
             {
                 "cell": [cell.op, cell.dtype, cell.width, cell.count, cell.table],

@@ -41,7 +41,7 @@ class OverheadCase:
     quick: bool = True
 
 
-def _numpy_aligned_16(array: np.ndarray) -> np.ndarray:
+def numpy_aligned_16(array: np.ndarray) -> np.ndarray:
     """A copy of ``array`` whose data starts 16 bytes past a 64-byte boundary: where NumPy's
     allocations usually start, fixed so that runs do not differ by where they happen to land
     (JAX's CPU client aliases 64-byte aligned arrays and copies others)."""
@@ -71,7 +71,7 @@ def _eager_gather(mode: str, on_host: bool = False, negative: bool = True) -> Ca
         d: Any
         i: Any
         if on_host:
-            d, i = _numpy_aligned_16(table), _numpy_aligned_16(ids)
+            d, i = numpy_aligned_16(table), numpy_aligned_16(ids)
         else:
             d, i = jnp.asarray(table), jnp.asarray(ids)
         ours = jax_gather.gather if mode == "checked" else functools.partial(jax_gather.gather, mode=mode)
@@ -186,7 +186,7 @@ def _backend(rows: int, cols: int, ids: int) -> Callable[[], Calls]:
             "ids": rng.integers(-rows, rows, ids),
             "cols": rng.integers(-cols, cols, (ids, cols)),
         }
-        feeds = {name: _numpy_aligned_16(value) for name, value in made.items()}
+        feeds = {name: numpy_aligned_16(value) for name, value in made.items()}
         rep = backend.prepare(model)
         session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         return (lambda: rep.run(feeds)), (lambda: session.run(None, feeds))
@@ -205,9 +205,9 @@ def _backend_against_jit(rows: int, cols: int, ids: int) -> Callable[[], Calls]:
 
         model = lookup_model(rows, cols, ids)
         rng = np.random.default_rng(5)
-        x = _numpy_aligned_16(rng.standard_normal((rows, cols), dtype=np.float32))
-        picked = _numpy_aligned_16(rng.integers(0, rows, ids))
-        within = _numpy_aligned_16(rng.integers(0, cols, (ids, cols)))
+        x = numpy_aligned_16(rng.standard_normal((rows, cols), dtype=np.float32))
+        picked = numpy_aligned_16(rng.integers(0, rows, ids))
+        within = numpy_aligned_16(rng.integers(0, cols, (ids, cols)))
         rep = backend.prepare(model)
         jitted = jax.jit(backend.to_jax(model))
         feeds = {"x": x, "ids": picked, "cols": within}
