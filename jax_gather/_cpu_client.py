@@ -232,7 +232,7 @@ READ_IN_PLACE_BYTES_PER_ELEMENT = 32  # data's bytes per output element, at leas
 READ_IN_PLACE_MIN_BYTES = CPU_COPIED_INLINE if CLIENT_COPIES_ON_A_WORKER_THREAD else 2 << 20
 
 
-Call = Callable[[Any, Any], Any]  # call(data, indices)
+Call = Callable[[Any, Any], Any]  # call(data, indices), an eager call or a jitted program
 
 
 def data_read_in_place(program: Call, shape: tuple[int, ...]) -> Call:
@@ -241,14 +241,13 @@ def data_read_in_place(program: Call, shape: tuple[int, ...]) -> Call:
     program joined (one more program per offset past a boundary, at most three), so nothing
     copies data; else its aligned copy where that pays (:func:`aligned_for_cpu`)."""
     joined_program = jax.jit(lambda head, tail, indices: program(joined(head, tail, shape), indices))
+    aligned = data_aligned(program)
 
     def call(data: Any, indices: Any) -> Any:
-        if type(data) is np.ndarray:
-            parts = split_for_cpu(data)
-            if parts is not None and default_device_is_cpu():
-                return joined_program(*parts, indices)
-            data = aligned_for_cpu(data)
-        return program(data, indices)
+        parts = split_for_cpu(data) if type(data) is np.ndarray else None
+        if parts is not None and default_device_is_cpu():
+            return joined_program(*parts, indices)
+        return aligned(data, indices)
 
     return call
 

@@ -36,6 +36,7 @@ from jax_gather._cpu_client import (
     INT32_MAX,
     READ_IN_PLACE_BYTES_PER_ELEMENT,
     READ_IN_PLACE_MIN_BYTES,
+    Call,
     aligned_for_cpu,
     data_aligned,
     data_read_in_place,
@@ -55,8 +56,6 @@ from jax_gather._host_bounds import (
 from jax_gather._traced_bounds import in_bounds_mask, in_range_mask, normalising_is_inline
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
-
-Call = Callable[[Any, Any], Any]  # call(data, indices), an eager call or a jitted program
 
 # JAX's concrete array types, which a signature may hold beside NumPy's: added by :func:`register`
 # when a first call brings one (so that nothing here creates an array at import).
@@ -230,7 +229,9 @@ def reads_in_place(plan: GatherPlan, mode: Mode, data: Any, indices: Any) -> boo
         return False
     if math.prod(plan.output_shape) * READ_IN_PLACE_BYTES_PER_ELEMENT > data.nbytes:
         return False
-    dtype = jax.dtypes.canonicalize_dtype(data.dtype)
+    if jax.dtypes.canonicalize_dtype(data.dtype) != data.dtype:
+        return False  # converted as it goes to JAX: a copy anyway (split_for_cpu)
+    dtype = data.dtype
     for run in (Mode.IN_RANGE, Mode.PROMISE_IN_BOUNDS) if mode is Mode.CHECKED else (mode,):
         low = _cpu.lowering_in_mode(plan, data.shape, dtype, indices, run)
         if low.forward is not None or (run.fills and low.fill is not None):  # a fill only fills

@@ -446,6 +446,8 @@ def test_numpy_data_is_read_in_place_only_where_it_pays(monkeypatch):
     assert not reads_in_place(jnp.asarray(data), 1)  # a JAX array is where it is
     assert not reads_in_place(_data_at(16, (rows - 2, 16), np.float32), 1)  # a copy costs less
     assert not reads_in_place(_data_at(16, (4 * rows, 16), jnp.int4), 1)  # converted to bytes on the way
+    with enable_x64(False):  # converted to float32 as it goes to JAX: a copy anyway
+        assert not reads_in_place(_data_at(16, (rows, 16), np.float64), 1)
     # Where a CPU lowering reads data another way (measured only for the generic gather).
     lowering = _cpu.lowering_in_mode
     for part in ("forward", "fill"):
