@@ -411,9 +411,14 @@ def test_unaligned_numpy_data_is_read_in_place_exactly(name, dtype, mode, offset
     data = _data_at(offset, (size, 16), dtype)
     rng = np.random.default_rng(offset)
     ids = _in_place_indices(name, 64, size, rng, mode in ("fill", "clip"))
-    splits = []
-    split_for_cpu = _cpu_client.split_for_cpu
+    splits, on_a_worker = [], []
+    split_for_cpu, runs_on_a_worker_thread = _cpu_client.split_for_cpu, _cpu_client.runs_on_a_worker_thread
     monkeypatch.setattr(_cpu_client, "split_for_cpu", lambda a: splits.append(split_for_cpu(a)) or splits[-1])
+    monkeypatch.setattr(
+        _cpu_client,
+        "runs_on_a_worker_thread",
+        lambda *a: on_a_worker.append(runs_on_a_worker_thread(*a)) or on_a_worker[-1],
+    )
     _eager.clear()
     kwargs = {} if mode == "checked" else {"mode": mode}
     ref_mode = {"checked": "raise", "promise_in_bounds": "raise"}.get(mode, mode)
@@ -425,12 +430,48 @@ def test_unaligned_numpy_data_is_read_in_place_exactly(name, dtype, mode, offset
     in_place = _eager.reads_in_place(OPS[name][1](data.shape, ids.shape, 0), Mode(mode), data, ids)
     assert in_place or mode == "fill"  # a fill's CPU lowering may pad data
     assert [parts is not None for parts in splits] == [in_place and offset != 0] * len(splits)
-    assert len(splits) == 2 * in_place
+    # Asked once, on the first call, where the client copies on a worker thread and its program
+    # could run there: a program on the worker gets data as it is, any other reads it in place.
+    placed = in_place or _cpu_client.alignment_may_pay(data.nbytes)
+    asked = placed and _cpu_client.CLIENT_COPIES_ON_A_WORKER_THREAD
+    assert len(on_a_worker) == asked
+    assert len(splits) == (asked and in_place) + (0 if any(on_a_worker) else 2 * in_place)
     if mode == "checked":  # judged still: an index past the end raises, read in place or not
         bad = ids.copy()
         bad.reshape(-1)[5] = size
         with pytest.raises(IndexError, match=str(size)):
             fn(data, bad, 0)
+
+
+@pytest.mark.parametrize("count, on_a_worker", [(64 * 128, True), (64, False)])
+def test_a_program_on_the_worker_thread_reads_numpy_data_as_it_is(count, on_a_worker, monkeypatch):
+    # GatherElements of int8 from a 256 KiB table 16 bytes past a boundary, under a promise:
+    # 3 flops an index, so 8192 indices run on JAX's worker thread and 64 on the calling one.
+    # Through JAX 0.10 the client copies the table on its worker, where the program on it reads
+    # the copy from its own cache: it gets data as it is (no split, no aligned copy); the short
+    # one reads it in place. From JAX 0.11 a table this small is never split (READ_IN_PLACE_MIN_BYTES).
+    if jax.config.read("jax_cpu_enable_async_dispatch") is False:
+        on_a_worker = False  # every program runs on the calling thread
+    data = _data_at(16, (4096, 64), np.int8)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(-4096, 4096, (count // 64, 64))
+    copied, splits = [], []
+    split_for_cpu, aligned_for_cpu = _cpu_client.split_for_cpu, _cpu_client.aligned_for_cpu
+    monkeypatch.setattr(_cpu_client, "split_for_cpu", lambda a: splits.append(split_for_cpu(a)) or splits[-1])
+    copy = lambda a, *b: copied.append(a) or aligned_for_cpu(a, *b)
+    monkeypatch.setattr(_cpu_client, "aligned_for_cpu", copy)
+    _eager.clear()
+    expected = reference.gather_elements(data, ids, 0, mode="raise")
+    for _ in range(3):
+        out = jax_gather.gather_elements(data, ids, 0, mode="promise_in_bounds")
+        np.testing.assert_array_equal(np.asarray(out), expected)
+    assert not any(a is data for a in copied)  # never an aligned copy: in place, or as it is
+    if not _cpu_client.CLIENT_COPIES_ON_A_WORKER_THREAD:
+        assert splits == []
+    elif on_a_worker:
+        assert len(splits) == 1  # the first call's, which asked where the program runs
+    else:
+        assert len(splits) == 4 and all(parts is not None for parts in splits)
 
 
 def test_numpy_data_is_read_in_place_only_where_it_pays(monkeypatch):

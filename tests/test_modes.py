@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from jax.experimental import checkify
 
 import jax_gather
@@ -530,6 +531,41 @@ def test_int64_host_indices_with_x64_off_are_never_wrapped():
     np.testing.assert_array_equal(jax_gather.gather(data, -idx, mode="clip"), [0.0, 3.0])
     big_u = np.array([2**64 - 1, 2], dtype=np.uint64)
     np.testing.assert_array_equal(jax_gather.gather(data, big_u, mode="fill"), [np.nan, 2.0])
+
+
+# Values about int32's ends and int64's, where a narrowing that wraps would land in range.
+_WIDE = st.sampled_from(
+    [2**31 - 1, 2**31, 2**32, 2**32 + 1, -(2**31), -(2**31) - 1, -(2**32) - 3, 2**63 - 1, -(2**63)]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.integers(-6, 6) | _WIDE | st.integers(-(2**63), 2**63 - 1), min_size=6, max_size=6),
+    unsigned=st.booleans(),
+    mode=st.sampled_from(["fill", "clip", "promise_in_bounds"]),
+)
+def test_64_bit_host_indices_with_x64_off_saturate(values, unsigned, mode):
+    # Eager NumPy indices are narrowed to int32 on the host: a plain conversion where every one
+    # fits, saturated where one does not. Reference: Python integers, never narrowed.
+    data = np.arange(5.0)
+    dtype = np.uint64 if unsigned else np.int64
+    values = [v % 2**64 if unsigned else v for v in values]
+    if mode == "promise_in_bounds":
+        values = [v % 5 for v in values]  # a promise holds only in bounds
+    idx = np.array(values, dtype)
+    before = idx.copy()
+
+    def expected(v: int) -> float:
+        if -5 <= v < 5:
+            return data[v]
+        if mode == "fill":
+            return np.nan
+        return data[0] if v < 0 else data[4]
+
+    out = jax_gather.gather(data, idx, mode=mode)
+    np.testing.assert_array_equal(np.asarray(out), [expected(v) for v in values])
+    np.testing.assert_array_equal(idx, before)
 
 
 @pytest.mark.core
