@@ -288,7 +288,7 @@ def data_placed(program: Call, data: np.ndarray, in_place: bool) -> Call:
     if not (in_place or alignment_may_pay(data.nbytes)):
         return program
     if not (CLIENT_COPIES_ON_A_WORKER_THREAD and data.nbytes < WORKER_READS_COPY_BELOW):
-        return data_read_in_place(program, shape) if in_place else data_aligned(program)
+        return _placed_on_the_calling_thread(program, shape, in_place)
     chosen: list[Call] = []
 
     def first_call(data: Any, indices: Any) -> Any:
@@ -310,6 +310,10 @@ def _placed_for_its_thread(
         return _read_in_place(program, joined_program)
     if runs_on_a_worker_thread(program, data, indices):
         return program
+    return _placed_on_the_calling_thread(program, shape, in_place)
+
+
+def _placed_on_the_calling_thread(program: Call, shape: tuple[int, ...], in_place: bool) -> Call:
     return data_read_in_place(program, shape) if in_place else data_aligned(program)
 
 

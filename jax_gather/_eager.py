@@ -42,7 +42,6 @@ from jax_gather._cpu_client import (
     READ_IN_PLACE_MIN_BYTES,
     Call,
     aligned_for_cpu,
-    alignment_may_pay,
     data_placed,
     narrowed_in_chunks,
     on_host,
@@ -167,9 +166,7 @@ def make_call(
             return program  # nothing to prepare on the host (the signature holds both types)
         if mode is Mode.PROMISE_IN_BOUNDS and _to_int32(plan, indices):
             # A promise kept, every index fits int32: converted, not saturated (1 µs on 16).
-            if alignment_may_pay(indices.nbytes // 2):
-                return lambda data, indices: program(data, aligned_for_cpu(indices.astype(np.int32)))
-            return lambda data, indices: program(data, indices.astype(np.int32))
+            return lambda data, indices: program(data, aligned_for_cpu(indices.astype(np.int32)))
         return lambda data, indices: program(data, _narrowed(indices))
     if not on_host(indices):
         return checked_on_device(plan, programs, indices.sharding)
