@@ -123,6 +123,14 @@ def _is_tracer(value: Any) -> bool:
     return isinstance(value, jax.core.Tracer)
 
 
+try:  # JAX from 0.4.36: the context's trace, read directly (0.07 µs, where is_top_level takes 0.2)
+    from jax._src.core import (
+        eval_trace as _eval_trace,
+        top_axis_env as _top_axis_env,
+        trace_ctx as _trace_ctx,
+    )
+except ImportError:  # pragma: no cover - depends on the JAX release
+    _trace_ctx = None  # type: ignore[assignment]
 try:
     from jax._src.core import trace_state_clean as _trace_state_clean
 except ImportError:  # pragma: no cover - depends on the JAX release
@@ -133,4 +141,6 @@ def under_a_trace() -> bool:
     """Whether a JAX trace is open (``jit``, ``vmap``, a branch of ``lax.cond``...): an op on
     constants there is staged into a program that may never run, so it judges them in the
     program rather than raising now."""
+    if _trace_ctx is not None:
+        return _trace_ctx.trace is not _eval_trace or _trace_ctx.axis_env is not _top_axis_env
     return _trace_state_clean is not None and not _trace_state_clean()

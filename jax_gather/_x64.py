@@ -24,9 +24,23 @@ def x64_enabled() -> ContextManager[None]:
     return enable_x64(True)
 
 
+class _PublicX64State:
+    @property
+    def value(self) -> bool:
+        return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]
+
+
+# ``X64_STATE.value``: whether ``jax_enable_x64`` is on in this thread's context. JAX's own
+# state object where it has one (JAX 0.4.35 to 0.12 do), which every eager call's signature
+# reads: 0.03 µs, where ``jax.config``'s attribute takes 0.09.
+X64_STATE: Any = getattr(getattr(getattr(jax, "_src", None), "config", None), "enable_x64", None)
+if not isinstance(getattr(X64_STATE, "value", None), bool):
+    X64_STATE = _PublicX64State()
+
+
 def x64_on() -> bool:
     """Whether ``jax_enable_x64`` is on here (in this thread's context)."""
-    return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]  # 0.06 µs; read() 0.1
+    return X64_STATE.value
 
 
 def x64_enabled_if(needed: bool) -> ContextManager[None]:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 
 import jax_gather
-from jax_gather import _cpu, _cpu_client, _eager, _host_bounds, ops, plans
+from jax_gather import _cpu, _cpu_client, _eager, _host_bounds, _host_gather, ops, plans
 from jax_gather._arguments import Mode
 from jax_gather._host_bounds import Verdict
 from jax_gather._lowering import Lowering
@@ -419,6 +419,7 @@ def test_unaligned_numpy_data_is_read_in_place_exactly(name, dtype, mode, offset
         "runs_on_a_worker_thread",
         lambda *a: on_a_worker.append(runs_on_a_worker_thread(*a)) or on_a_worker[-1],
     )
+    monkeypatch.setattr(_host_gather, "HOST_GATHER_BELOW", 0)  # the program's placement, not NumPy's
     _eager.clear()
     kwargs = {} if mode == "checked" else {"mode": mode}
     ref_mode = {"checked": "raise", "promise_in_bounds": "raise"}.get(mode, mode)
@@ -460,6 +461,7 @@ def test_a_program_on_the_worker_thread_reads_numpy_data_as_it_is(count, on_a_wo
     monkeypatch.setattr(_cpu_client, "split_for_cpu", lambda a: splits.append(split_for_cpu(a)) or splits[-1])
     copy = lambda a, *b: copied.append(a) or aligned_for_cpu(a, *b)
     monkeypatch.setattr(_cpu_client, "aligned_for_cpu", copy)
+    monkeypatch.setattr(_host_gather, "HOST_GATHER_BELOW", 0)  # the program's placement, not NumPy's
     _eager.clear()
     expected = reference.gather_elements(data, ids, 0, mode="raise")
     for _ in range(3):

@@ -226,8 +226,9 @@ def ours_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
 
     _, _, attribute, batch_dims = _shapes(cell.op, cell.width, cell.count, cell.table)
     op = getattr(jax_gather, OPS[cell.op])
-    extra = {"batch_dims": batch_dims} if batch_dims else {}
-    return lambda d, i: op(d, i, attribute, mode=mode, **extra)
+    if batch_dims:
+        return lambda d, i: op(d, i, attribute, mode=mode, batch_dims=batch_dims)
+    return lambda d, i: op(d, i, attribute, mode=mode)  # as a user writes it: no **{} (0.45 µs)
 
 
 AGAIN = "again"

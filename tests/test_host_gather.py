@@ -1,0 +1,230 @@
+"""Eager calls of NumPy data and indices whose result is small, gathered by NumPy
+(jax_gather/_host_gather.py): the same values, dtypes, errors and traces as the program's,
+taken where they should be and nowhere else."""
+
+import contextlib
+import re
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import jax_gather
+from jax_gather import _eager, _host_gather
+from tests import ops_table
+from tests.compat import enable_x64
+from tests.strategies import INDEX_DTYPES, make_data, make_indices, make_wild_indices
+
+pytestmark = pytest.mark.core  # the fast tier: pytest -m core
+
+ON_HOST = ("gather", "gather_elements")  # the ops with a recipe (host_recipe)
+DTYPES = [np.float32, np.float64, ml_dtypes.bfloat16, np.int8, ml_dtypes.int4, ml_dtypes.uint4,
+          ml_dtypes.float8_e4m3fn, np.bool_, np.complex64, np.uint64, np.dtype(">f4")]  # fmt: skip
+
+
+@contextlib.contextmanager
+def handed_over():
+    """Counts the results handed from NumPy to JAX (``_eager.to_jax``) inside the block."""
+    count, to_jax = [0], _eager.to_jax
+
+    def counted(result):
+        count[0] += 1
+        return to_jax(result)
+
+    _eager.to_jax = counted
+    try:
+        yield count
+    finally:
+        _eager.to_jax = to_jax
+
+
+def _sizes(name, data_shape, axis, indices_shape):
+    return data_shape[axis] if name == "gather" else np.full(indices_shape, data_shape[axis])
+
+
+def _case(name, data, case):
+    data_shape, indices_shape, axis, seed, index_dtype = case
+    sizes = _sizes(name, data_shape, axis % len(data_shape), indices_shape)
+    return make_indices(indices_shape, sizes, index_dtype, seed), axis
+
+
+def _expected(name, data, indices, axis, out):
+    """The reference's result in the dtype JAX keeps (float64 to float32 with x64 off)."""
+    ref = ops_table.OPS[name].reference(data, indices, axis)
+    return ref.astype(np.dtype(out.dtype).newbyteorder("="))
+
+
+def _bits(a):
+    return np.asarray(a).reshape(-1).view(np.uint8)
+
+
+@pytest.mark.parametrize("name", ON_HOST)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_small_results_are_gathered_on_the_host_bit_for_bit(name, data):
+    op = ops_table.OPS[name]
+    case = data.draw(op.cases(index_dtypes=INDEX_DTYPES))
+    dtype = data.draw(st.sampled_from(DTYPES))
+    table = make_data(case[0], dtype, case[3])
+    indices, axis = _case(name, table, case)
+    table_before, indices_before = table.copy(), indices.copy()
+    _eager.clear()
+    with handed_over() as count:
+        for _ in range(2):  # made, then looked up
+            out = op.fn(table, indices, axis)
+            expected = _expected(name, table, indices, axis, out)
+            native = table.astype(table.dtype.newbyteorder("="))  # JAX takes no swapped bytes
+            assert out.dtype == jnp.asarray(native).dtype and out.shape == expected.shape
+            np.testing.assert_array_equal(_bits(out), _bits(expected))
+    empty = 0 in table.shape[axis % table.ndim : axis % table.ndim + 1]
+    assert count[0] == (0 if empty else 2), f"{case}, {np.dtype(dtype)}: gathered on the host twice"
+    np.testing.assert_array_equal(table, table_before)  # inputs never mutated
+    np.testing.assert_array_equal(indices, indices_before)
+
+
+@pytest.mark.parametrize("name", ON_HOST)
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_x64_keeps_64_bit_data(name, dtype):
+    table = make_data((7, 5), dtype, 3) * (2**40 + 1)
+    indices = np.array([[6, -7, 0, 3, -1]])
+    with enable_x64(True), handed_over() as count:
+        out = ops_table.OPS[name].fn(table, indices, 0)
+        assert out.dtype == dtype and count[0] == 1
+    np.testing.assert_array_equal(out, ops_table.OPS[name].reference(table, indices, 0))
+
+
+@pytest.mark.parametrize("name", ON_HOST)
+def test_strided_data_and_indices_read_as_numpy_sees_them(name):
+    base = make_data((9, 12), np.float32, 1)
+    table = base[::-2, 1::3]  # (5, 4), negative and non-unit strides
+    indices = np.array([[4, -5, 0, 2], [1, 1, -1, 3]] * 2, np.int16).T[:, ::2]  # (4, 2), strided
+    if name == "gather_elements":
+        indices = np.ascontiguousarray(indices.T)[:, ::-1]  # (2, 4), reversed columns
+    with handed_over() as count:
+        out = ops_table.OPS[name].fn(table, indices, 0)
+    assert count[0] == 1
+    np.testing.assert_array_equal(out, ops_table.OPS[name].reference(table, indices, 0))
+
+
+@pytest.mark.parametrize("name", ON_HOST)
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_out_of_bounds_raise_as_the_program_path_does(name, data):
+    op = ops_table.OPS[name]
+    wild_dtypes = [dtype for dtype in INDEX_DTYPES if dtype != np.uint64]  # make_wild_indices' own
+    data_shape, indices_shape, axis, seed, index_dtype = data.draw(op.cases(index_dtypes=wild_dtypes))
+    table = make_data(data_shape, np.float32, seed)
+    sizes = _sizes(name, data_shape, axis % len(data_shape), indices_shape)
+    indices = make_wild_indices(indices_shape, sizes, index_dtype, seed)
+    size = data_shape[axis]
+    bad = ((indices < -size) | (indices >= size)).any()
+    on_device = jnp.asarray(indices) if np.dtype(index_dtype).itemsize < 8 else None
+    with handed_over() as count:
+        try:
+            out = op.fn(table, indices, axis)
+        except IndexError as error:
+            assert bad and f"is out of bounds for axis {axis % table.ndim} of size {size}" in str(error)
+            if on_device is not None:  # JAX's indices, judged on the host too: the same words
+                with pytest.raises(IndexError, match=re.escape(str(error))):
+                    op.fn(table, on_device, axis)
+            assert count[0] == 0
+        else:
+            assert not bad
+            np.testing.assert_array_equal(out, op.reference(table, indices, axis))
+
+
+@pytest.mark.parametrize("name", ON_HOST)
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("index_dtype", [np.int8, np.uint8, np.int16])
+def test_narrow_indices_times_long_strides_do_not_overflow(name, axis, index_dtype):
+    table = make_data((120, 300), np.float32, 0) if axis == 0 else make_data((3, 120, 300), np.int8, 0)
+    indices = (
+        np.array([[119, -120, 100, 5]], index_dtype)
+        if index_dtype != np.uint8
+        else np.array([[119, 100]], index_dtype)
+    )
+    if axis == 1:
+        indices = indices[None]
+    with handed_over() as count:
+        out = ops_table.OPS[name].fn(table, indices, axis)
+        promised = ops_table.OPS[name].fn(table, indices, axis, mode="promise_in_bounds")
+    assert count[0] == 2
+    np.testing.assert_array_equal(out, ops_table.OPS[name].reference(table, indices, axis))
+    np.testing.assert_array_equal(promised, out)
+
+
+@pytest.mark.parametrize("name", ON_HOST)
+def test_uint64_indices_past_int64_are_out_of_bounds(name):
+    table = make_data((5, 3), np.float32, 0)
+    indices = np.array([[4, 0, 2**63 + 1]], np.uint64)  # negative as int64
+    with pytest.raises(IndexError, match=re.escape(f"= {2**63 + 1} is out of bounds for axis 0 of size 5")):
+        ops_table.OPS[name].fn(table, indices, 0)
+    with handed_over() as count:
+        out = ops_table.OPS[name].fn(table, indices[:, :2], 0)
+    assert count[0] == 1
+    np.testing.assert_array_equal(out, ops_table.OPS[name].reference(table, indices[:, :2], 0))
+
+
+@pytest.mark.parametrize("name", ON_HOST)
+def test_a_broken_promise_reads_some_element_of_the_axis(name):
+    table = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)
+    indices = np.array([[7, -9, 2], [127, -128, 4]], np.int8)  # 5, 1, 2 / 2, 3, 4 wrapped
+    with handed_over() as count:
+        out = np.asarray(ops_table.OPS[name].fn(table, indices, 0, mode="promise_in_bounds"))
+    assert count[0] == 1
+    if name == "gather":  # each output row is a row of the table
+        assert all(any((row == r).all() for r in table) for row in out.reshape(-1, 3))
+    else:  # each element is one of its column's
+        assert all(out[i, j] in table[:, j] for i, j in np.ndindex(out.shape))
+
+
+@pytest.mark.parametrize("name", ON_HOST)
+def test_results_past_the_bound_run_the_program(name):
+    op = ops_table.OPS[name]
+    below = _host_gather.HOST_GATHER_BELOW // 4  # float32 elements
+    table = make_data((4, below), np.float32, 0)
+    for taken in (False, True):
+        columns = below - taken  # one element under the bound, or at it
+        indices = np.array([[3] * columns]) if name == "gather_elements" else np.array([3])
+        data = table[:, :columns] if name == "gather" else table
+        with handed_over() as count:
+            out = op.fn(data, indices, 0)
+        assert count[0] == taken, (columns, taken)
+        np.testing.assert_array_equal(out, op.reference(data, indices, 0))
+
+
+def test_only_numpy_data_and_indices_on_a_cpu_are_gathered_on_the_host():
+    table, indices = make_data((6, 4), np.float32, 0), np.array([5, -6, 2])
+    with handed_over() as count:
+        jax_gather.gather(jnp.asarray(table), indices)  # a JAX table is on its device already
+        jax_gather.gather(table, jnp.asarray(indices))
+        jax_gather.gather(table, indices, mode="fill")  # fill and clip: their programs
+        jax_gather.gather(table, indices, mode="clip")
+        jax_gather.gather_nd(table, indices[:, None])  # no recipe: its program
+        jax_gather.gather(table[None], indices[None], 1, batch_dims=1)
+        assert count[0] == 0
+        jax_gather.gather(table, indices)
+        assert count[0] == 1
+
+
+@pytest.mark.parametrize("name", ON_HOST)
+@pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
+def test_constants_in_a_trace_are_the_ops_program(name, mode):
+    # A remembered host call met inside a trace stages the op's program, never its result as a
+    # constant: the program a user jits gathers, whatever ran eagerly before.
+    op = ops_table.OPS[name]
+    table, indices = make_data((6, 4), np.float32, 0), np.array([[5, -6, 2, 0]])
+    op.fn(table, indices, 0, mode=mode)  # remembered
+    with handed_over() as count:
+        jaxpr = jax.make_jaxpr(lambda: op.fn(table, indices, 0, mode=mode))()
+        out = jax.jit(lambda: op.fn(table, indices, 0, mode=mode))()
+    assert count[0] == 0 and "gather" in str(jaxpr)
+    np.testing.assert_array_equal(out, op.reference(table, indices, 0))
+    bad = np.array([[5, 6, 2, 0]])
+    if mode == "checked":  # judged in the program (checkify's check), as any constant is
+        with pytest.raises(IndexError, match=re.escape("= 6 is out of bounds for axis 0 of size 6")):
+            jax_gather.checked(jax.jit(lambda: op.fn(table, bad, 0)))()
