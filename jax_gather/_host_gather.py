@@ -1,21 +1,17 @@
-"""Eager gathers of NumPy data read on the host, where the result is small.
+"""Eager gathers of NumPy data read on the host, where the result is small or made of rows.
 
 An eager call hands NumPy data to JAX whole, every call: JAX's CPU client copies the table (or
 the program reads it in place, :func:`jax_gather._cpu_client.data_read_in_place`), and then the
-program reads the rows it needs. NumPy reads only those rows here, and JAX takes the result: a
-jitted identity, which JAX answers by forwarding its argument, copied by the client on the
-calling thread below ``CPU_COPIED_INLINE`` bytes. Nothing is computed differently: a gather
-copies elements, and the result's conversion to the dtype JAX keeps (float64 to float32, x64
-off) is the one the program's argument would have had.
+program reads the rows it needs. NumPy reads only those rows here, and JAX takes the result by
+its own transfer (:func:`to_jax`). Nothing is computed differently: a gather copies elements,
+and the result's conversion to the dtype JAX keeps (float64 to float32, x64 off) is the one the
+program's argument would have had.
 
-Measured on the AMD EPYC (eager checked calls, NumPy inputs, a table of 4096 rows, best of 10
-rounds; ``jnp.take`` / ``take_along_axis`` given the same arrays): Gather of 16-129 single
-elements 11.0-11.2 µs, where the program took 14.3-14.6 and ``jnp.take`` 12.1-12.3; 1024 rows
-of 64 float32 29 µs, 110 and 100; 8192 rows of 16 int8 23 µs, 82 and 82. Results past the
-bound lost: 16 MiB 1.8x ``jnp.take`` (NumPy's gather and a copy against XLA's gather alone).
-
-A recipe for each plan where one was measured (:func:`host_recipe`): Gather without batch
-dims (``np.take``) and GatherElements (element offsets, the non-axis part computed once).
+Which calls: the checked and ``promise_in_bounds`` calls of Gather without batch dims and of
+GatherElements (:func:`host_recipe`; GatherND and batched Gather have no recipe, their ``jnp``
+forms were already slower than the programs) whose result is under ``HOST_GATHER_BELOW``
+bytes, or for rows (Gather along a leading axis, rows of 16 elements or more) under
+``HOST_ROWS_BELOW``. The measurements: docs/design.md, "Eager calls".
 """
 
 from __future__ import annotations
@@ -29,14 +25,74 @@ import jax
 import numpy as np
 
 from jax_gather._cpu_client import CPU_COPIED_INLINE, INT32_MAX, default_device_is_cpu
+from jax_gather._x64 import X64_STATE
 from jax_gather.plans import GatherPlan
 
-# Results of fewer bytes are gathered here: the client copies them on the calling thread.
+# Results of fewer bytes are gathered here: NumPy's element-by-element gathers (Gather along a
+# later axis) took 1.8-3.1x jnp.take's time from 512 KiB (AMD EPYC, JAX 0.10.2); the size
+# JAX's CPU client copies on the calling thread.
 HOST_GATHER_BELOW = CPU_COPIED_INLINE
+# Rows (Gather along a leading axis, a copy a row in NumPy) of fewer bytes are gathered here
+# too: 128 KiB-4 MiB took 0.10-0.94 of jnp.take's time (the program 0.80-2.08) on JAX
+# 0.4.35-0.12; 8-32 MiB of rows 0.95-1.13 (the program 1.18): AMD EPYC, docs/design.md.
+HOST_ROWS_BELOW = 8 * 2**20
 
 # A jitted identity: JAX forwards its argument (no program runs), so this is the C++ path's
-# transfer of a NumPy array: 5.9 µs on 16 float32, where jax.device_put took 29.
-to_jax: Callable[[np.ndarray], jax.Array] = jax.jit(lambda result: result)
+# transfer of a NumPy array: 5.8-6.4 µs on 129 float32, where jax.device_put took 33-37.
+_identity: Callable[[np.ndarray], jax.Array] = jax.jit(lambda result: result)
+
+try:  # the transfer under jax.device_put's Python: 2.8-3.3 µs (JAX 0.4.35-0.12.0.1)
+    from jax._src.core import ShapedArray
+    from jax._src.lib import xla_client as _xla_client
+
+    _batched_device_put = _xla_client.batched_device_put
+except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX release
+    _batched_device_put = None
+
+
+def to_jax(result: np.ndarray) -> jax.Array:
+    """A gathered NumPy array as JAX's array on the default device (a CPU), uncommitted and in
+    the dtype JAX keeps, as the identity gives it; by JAX's own transfer where it has the one
+    of JAX 0.4.35-0.12 (probed on the first call), else by the identity."""
+    if _put is None:
+        return _identity(result)
+    aval, sharding, device = _placement(result.shape, result.dtype, X64_STATE.value, _default_device())
+    if aval.dtype != result.dtype:  # 64-bit types with x64 off
+        result = result.astype(aval.dtype)
+    return _put(aval, sharding, [result], [device], False)
+
+
+def _first_put(*arguments: Any) -> Any:
+    """JAX's transfer, if it takes these arguments and gives the identity's array (dtype, shape,
+    placement, values); else the identity, from now on."""
+    global _put
+    expected = _identity(arguments[2][0])
+    try:
+        array = _batched_device_put(*arguments)
+        same = [array.dtype, array.shape, array.committed, array.sharding] == [
+            expected.dtype, expected.shape, expected.committed, expected.sharding
+        ] and np.array_equal(np.asarray(array), np.asarray(expected), equal_nan=True)  # fmt: skip
+    except Exception:  # any failure: this release's transfer is not the one measured
+        same = False
+    _put = _batched_device_put if same else None
+    return expected
+
+
+_put: Callable[..., Any] | None = _first_put if _batched_device_put is not None else None
+
+
+def _default_device() -> Any:
+    """jax_default_device as set (a device, a platform's name, or None)."""
+    return jax.config.jax_default_device  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=1024)
+def _placement(shape: tuple[int, ...], dtype: np.dtype, x64: bool, default: Any) -> tuple[Any, Any, Any]:
+    """The aval, sharding and device of a result of this shape and dtype under these settings."""
+    device = default if default is not None and not isinstance(default, str) else jax.devices(default)[0]
+    canonical = jax.dtypes.canonicalize_dtype(dtype)
+    return ShapedArray(shape, canonical), jax.sharding.SingleDeviceSharding(device), device
+
 
 # ``recipe(data, indices, wrap)``: the plan's gather of NumPy arrays of its shapes, indices in
 # [0, s-1], or anywhere where ``wrap``: each then reads the element of the axis at its value
@@ -53,24 +109,27 @@ def host_gather(plan: GatherPlan, data: Any, indices: Any) -> Recipe | None:
         return None
     if 0 in plan.index_sizes or max(plan.index_sizes) > INT32_MAX:
         return None
-    if math.prod(plan.output_shape) * data.dtype.itemsize >= HOST_GATHER_BELOW:
+    found = host_recipe(plan, data.shape)
+    if found is None or not default_device_is_cpu():
         return None
-    if not default_device_is_cpu():
-        return None
-    return host_recipe(plan, data.shape)
+    recipe, rows = found
+    below = HOST_ROWS_BELOW if rows else HOST_GATHER_BELOW
+    return recipe if math.prod(plan.output_shape) * data.dtype.itemsize < below else None
 
 
 @functools.lru_cache(maxsize=512)
-def host_recipe(plan: GatherPlan, data_shape: tuple[int, ...]) -> Recipe | None:
-    """The plan's gather of data of ``data_shape`` in NumPy, or None where none was measured to
-    pay (batched Gather, GatherND: their ``jnp`` forms were already slower than the programs).
-    ndarray's methods, where NumPy's functions add a microsecond."""
+def host_recipe(plan: GatherPlan, data_shape: tuple[int, ...]) -> tuple[Recipe, bool] | None:
+    """The plan's gather of data of ``data_shape`` in NumPy, and whether it copies rows (Gather
+    along a leading axis); or None where none was measured to pay (batched Gather, GatherND:
+    their ``jnp`` forms were already slower than the programs). ndarray's methods, where
+    NumPy's functions add a microsecond."""
     numbers = plan.dimension_numbers
     axis = numbers.start_index_map[0]
     if plan.op_name == "Gather" and not numbers.operand_batching_dims:
-        return lambda data, indices, wrap: data.take(_intp(indices), axis=axis, mode="wrap")
+        rows = math.prod(data_shape[:axis]) == 1 and math.prod(data_shape[axis + 1 :]) >= 16  # as measured
+        return lambda data, indices, wrap: data.take(_intp(indices), axis=axis, mode="wrap"), rows
     if plan.op_name == "GatherElements":
-        return _elements_recipe(plan, data_shape, axis)
+        return _elements_recipe(plan, data_shape, axis), False
     return None
 
 

@@ -420,6 +420,7 @@ def test_unaligned_numpy_data_is_read_in_place_exactly(name, dtype, mode, offset
         lambda *a: on_a_worker.append(runs_on_a_worker_thread(*a)) or on_a_worker[-1],
     )
     monkeypatch.setattr(_host_gather, "HOST_GATHER_BELOW", 0)  # the program's placement, not NumPy's
+    monkeypatch.setattr(_host_gather, "HOST_ROWS_BELOW", 0)
     _eager.clear()
     kwargs = {} if mode == "checked" else {"mode": mode}
     ref_mode = {"checked": "raise", "promise_in_bounds": "raise"}.get(mode, mode)
@@ -462,6 +463,7 @@ def test_a_program_on_the_worker_thread_reads_numpy_data_as_it_is(count, on_a_wo
     copy = lambda a, *b: copied.append(a) or aligned_for_cpu(a, *b)
     monkeypatch.setattr(_cpu_client, "aligned_for_cpu", copy)
     monkeypatch.setattr(_host_gather, "HOST_GATHER_BELOW", 0)  # the program's placement, not NumPy's
+    monkeypatch.setattr(_host_gather, "HOST_ROWS_BELOW", 0)
     _eager.clear()
     expected = reference.gather_elements(data, ids, 0, mode="raise")
     for _ in range(3):
