@@ -153,7 +153,9 @@ def make_call(
     mode the verdict on the indices (:class:`Verdict`) picks between the program for indices in
     [0, s-1] (``Mode.IN_RANGE``) and the one that normalises negative indices
     (``Mode.PROMISE_IN_BOUNDS``). NumPy data that JAX's CPU client would copy is read in place
-    where that pays (:func:`reads_in_place`), else aligned where that pays.
+    where that pays (:func:`reads_in_place`), else aligned where that pays. NumPy data and
+    indices whose result is small, or rows, are gathered by NumPy instead, in the checked mode
+    and under a promise (:func:`_gathered_on_host`).
     """
     in_place = reads_in_place(plan, mode, data, indices)
 
@@ -255,10 +257,10 @@ def make_call(
 def _gathered_on_host(
     plan: GatherPlan, checked: bool, recipe: Recipe, in_range: Call, promise: Call, size: int
 ) -> Call:
-    """The call of NumPy data and indices whose result is small (:mod:`jax_gather._host_gather`):
-    gathered by NumPy and handed to JAX, checked indices judged first (a promise's wrap, so a
-    broken one reads some element of the axis). Constants in an open trace go into it as the
-    op's program."""
+    """The call of NumPy data and indices whose result is small, or rows
+    (:mod:`jax_gather._host_gather`): gathered by NumPy and handed to JAX, checked indices
+    judged first (a promise's wrap, so a broken one reads some element of the axis). Constants
+    in an open trace go into it as the op's program."""
     verdict_of = verdict_test(plan, size) or functools.partial(judge, plan)
 
     def call(data: Any, indices: Any) -> Any:
