@@ -32,6 +32,10 @@ from jax_gather.plans import GatherPlan
 # later axis) took 1.8-3.1x jnp.take's time from 512 KiB (AMD EPYC, JAX 0.10.2); the size
 # JAX's CPU client copies on the calling thread.
 HOST_GATHER_BELOW = CPU_COPIED_INLINE
+# And of no more elements: NumPy's offsets cost some 4 ns an element, where GatherElements along
+# the last axis of 32768 int8 took 0.87 of take_along_axis's time (the program 0.89) and of
+# 58571-87415, 1.55-2.02 (the program 0.88-1.40; AMD EPYC, JAX 0.10.2, medians of 9 rounds).
+HOST_ELEMENTS_MAX = 32768
 # Rows (Gather along a leading axis, a copy a row in NumPy) of fewer bytes are gathered here
 # too: 128 KiB-4 MiB took 0.10-0.94 of jnp.take's time (the program 0.80-2.08) on JAX
 # 0.4.35-0.12; 8-32 MiB of rows 0.95-1.13 (the program 1.18): AMD EPYC, docs/design.md.
@@ -102,7 +106,8 @@ Recipe = Callable[[np.ndarray, np.ndarray, bool], np.ndarray]
 
 def host_gather(plan: GatherPlan, data: Any, indices: Any) -> Recipe | None:
     """The recipe by which an eager call of these arguments gathers on the host, or None: NumPy
-    data and indices, a recipe for the plan, a result under HOST_GATHER_BELOW bytes, axes that
+    data and indices, a recipe for the plan, a result under HOST_GATHER_BELOW bytes and of
+    HOST_ELEMENTS_MAX elements or fewer (rows: under HOST_ROWS_BELOW bytes), axes that
     int32 addresses and none empty (the programs it falls back on take int32 indices, and word
     an empty axis's error) and a CPU as the default device (measured nowhere else)."""
     if type(data) is not np.ndarray or type(indices) is not np.ndarray:
@@ -113,8 +118,11 @@ def host_gather(plan: GatherPlan, data: Any, indices: Any) -> Recipe | None:
     if found is None or not default_device_is_cpu():
         return None
     recipe, rows = found
-    below = HOST_ROWS_BELOW if rows else HOST_GATHER_BELOW
-    return recipe if math.prod(plan.output_shape) * data.dtype.itemsize < below else None
+    elements = math.prod(plan.output_shape)
+    if rows:
+        return recipe if elements * data.dtype.itemsize < HOST_ROWS_BELOW else None
+    small = elements * data.dtype.itemsize < HOST_GATHER_BELOW and elements <= HOST_ELEMENTS_MAX
+    return recipe if small else None
 
 
 @functools.lru_cache(maxsize=512)

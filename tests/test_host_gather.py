@@ -197,6 +197,21 @@ def test_results_past_the_bound_run_the_program(name):
         np.testing.assert_array_equal(out, op.reference(data, indices, 1))
 
 
+@pytest.mark.parametrize("name", ON_HOST)
+def test_more_elements_than_the_bound_run_the_program(name):
+    op = ops_table.OPS[name]
+    most = _host_gather.HOST_ELEMENTS_MAX  # int8: bytes well under HOST_GATHER_BELOW
+    assert most < _host_gather.HOST_GATHER_BELOW
+    table = make_data((most + 1, 3), np.int8, 0)
+    for count, taken in ((most, True), (most + 1, False)):
+        data = table[:count]
+        indices = np.full((count, 1), -1) if name == "gather_elements" else np.array([-1])
+        with handed_over() as handed:
+            out = op.fn(data, indices, 1)
+        assert handed[0] == taken, (count, taken)
+        np.testing.assert_array_equal(out, op.reference(data, indices, 1))
+
+
 @pytest.mark.parametrize("row", [15, 16])
 def test_rows_are_gathered_on_the_host_up_to_their_own_bound(row):
     # Gather along a leading axis copies rows: of 16 elements and more, to HOST_ROWS_BELOW.
