@@ -191,8 +191,8 @@ def make_call(
     # in one pass, which costs what the test of [0, s-1] alone does (128 int64 ids: 0.70
     # against 0.62 µs), where a failed test was followed by the judgement.
     verdict_of = verdict_test(plan, indices.size) if normalised_inline else None
-    if verdict_of is not None and not narrow:
-        return _checked_few(plan, verdict_of, in_range, promise)
+    if verdict_of is not None:
+        return _checked_few(plan, verdict_of, in_range, promise, _narrowed if narrow else None)
     # More than NORMALISED_ON_HOST indices, some outside [0, s-1], are judged while the program
     # that normalises them runs on JAX's worker thread, dispatched first: GatherElements of
     # 8192-65536 float32 indices took 1.31-2.97x jnp's "fill" judged first, 0.53-1.14 judged
@@ -216,13 +216,6 @@ def make_call(
     def checked(data: Any, indices: Any) -> Any:
         numpy = type(indices) is np.ndarray
         host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
-        if verdict_of is not None:  # few indices into an axis longer than int32 addresses
-            verdict = verdict_of(host)
-            if verdict is _OUT_OF_BOUNDS:
-                raise_if_out_of_bounds(plan, host)
-            if numpy:
-                indices = in_bounds_for_cpu(indices)
-            return (in_range if verdict is _IN_RANGE else promise)(data, indices)
         if in_chunks and numpy and host.flags.c_contiguous:
             narrowed = narrowed_in_chunks(host, plan, test)
             if narrowed is not None:  # the common case: every index in [0, s-1]
@@ -277,21 +270,27 @@ def _gathered_on_host(
 
 
 def _checked_few(
-    plan: GatherPlan, verdict_of: Callable[[np.ndarray], Verdict], in_range: Call, promise: Call
+    plan: GatherPlan,
+    verdict_of: Callable[[np.ndarray], Verdict],
+    in_range: Call,
+    promise: Call,
+    narrowed: Callable[[np.ndarray], np.ndarray] | None,
 ) -> Call:
-    """The checked call for host indices few enough to be judged in one pass (``verdict_of``),
-    where int32 addresses the axes. They go to their program as they are: JAX's own conversion
-    of 64-bit ones to the int32 of x64 off (exact in [-s, s-1]) made the call 0.1-0.4 µs
-    faster than converting them here first (16-333 ids, AMD EPYC)."""
+    """The checked call for host indices few enough to be judged in one pass (``verdict_of``).
+    They go to their program as they are: JAX's own conversion of 64-bit ones to the int32 of
+    x64 off (exact in [-s, s-1]) made the call 0.1-0.4 µs faster than converting them here
+    first (16-333 ids, AMD EPYC); where an axis is longer than int32 addresses, NumPy's are
+    ``narrowed`` (saturated, as in every mode)."""
 
     def checked(data: Any, indices: Any) -> Any:
-        host = indices if type(indices) is np.ndarray else np.asarray(indices)  # no copy: on the host
+        numpy = type(indices) is np.ndarray
+        host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
         verdict = verdict_of(host)
-        if verdict is _IN_RANGE:
-            return in_range(data, indices)
         if verdict is _OUT_OF_BOUNDS:
             raise_if_out_of_bounds(plan, host)
-        return promise(data, indices)
+        if numpy and narrowed is not None:
+            indices = narrowed(indices)
+        return (in_range if verdict is _IN_RANGE else promise)(data, indices)
 
     return checked
 

@@ -60,7 +60,8 @@ def to_jax(result: np.ndarray) -> jax.Array:
     of JAX 0.4.35-0.12 (probed on the first call), else by the identity."""
     if _put is None:
         return _identity(result)
-    aval, sharding, device = _placement(result.shape, result.dtype, X64_STATE.value, _default_device())
+    default = jax.config.jax_default_device  # type: ignore[attr-defined]  # a device, a platform, None
+    aval, sharding, device = _placement(result.shape, result.dtype, X64_STATE.value, default)
     if aval.dtype != result.dtype:  # 64-bit types with x64 off
         result = result.astype(aval.dtype)
     return _put(aval, sharding, [result], [device], False)
@@ -83,11 +84,6 @@ def _first_put(*arguments: Any) -> Any:
 
 
 _put: Callable[..., Any] | None = _first_put if _batched_device_put is not None else None
-
-
-def _default_device() -> Any:
-    """jax_default_device as set (a device, a platform's name, or None)."""
-    return jax.config.jax_default_device  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=1024)

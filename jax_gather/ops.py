@@ -194,9 +194,7 @@ def _run(
     gather of ``data`` at ``indices`` in ``mode``.
 
     An eager call whose signature (``_eager.signature``) was validated before goes straight to
-    its remembered call, which tests the indices and runs one jitted program (the public ops
-    look it up themselves first; they come here where there is none, or where it raised
-    IndexError inside a trace). Anything else (a
+    its remembered call, which tests the indices and runs one jitted program. Anything else (a
     first call, tracers, lists, errors) is validated: string data goes to ``_gather_strings``,
     the rest (``_validated``) takes one of two paths: an eager call (concrete data and indices,
     a static fill) is made, remembered and run (``_eager_call``); anything else becomes the op in
@@ -413,13 +411,6 @@ def gather(
     """
     b = batch_dims if type(batch_dims) is int else static_int("Gather", "batch_dims", batch_dims)
     plan_fn = gather_plan if b == 0 else _batched_gather_plan(b)
-    call = _eager.lookup(_eager.signature(plan_fn, data, indices, axis, mode, fill_value))
-    if call is not None:  # as in _run, a frame sooner (0.26 µs of an eager call of 11)
-        try:
-            return call(data, indices)
-        except IndexError:
-            if not under_a_trace():
-                raise
     return _run(plan_fn, "Gather", data, indices, axis, mode, fill_value)
 
 
@@ -450,13 +441,6 @@ def gather_elements(
       Array([[1, 1],
              [4, 3]], dtype=int32)
     """
-    call = _eager.lookup(_eager.signature(gather_elements_plan, data, indices, axis, mode, fill_value))
-    if call is not None:  # as in gather
-        try:
-            return call(data, indices)
-        except IndexError:
-            if not under_a_trace():
-                raise
     return _run(gather_elements_plan, "GatherElements", data, indices, axis, mode, fill_value)
 
 
@@ -487,11 +471,4 @@ def gather_nd(
       Array([[2, 3],
              [4, 5]], dtype=int32)
     """
-    call = _eager.lookup(_eager.signature(gather_nd_plan, data, indices, batch_dims, mode, fill_value))
-    if call is not None:  # as in gather
-        try:
-            return call(data, indices)
-        except IndexError:
-            if not under_a_trace():
-                raise
     return _run(gather_nd_plan, "GatherND", data, indices, batch_dims, mode, fill_value)
