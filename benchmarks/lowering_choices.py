@@ -332,7 +332,9 @@ def run_choice(choice: Choice, rounds: int, reps: int, scale: int = 1) -> dict[s
     case = CASES[choice.case]
     case = case.scaled(scale) if scale > 1 else case
     data, indices = bench.make_inputs(case, np.random.default_rng(0))
-    with x64_enabled() if choice.x64 else contextlib.nullcontext():
+    # On this process's CPU, whatever the default device: the lowerings are XLA:CPU's.
+    on_the_cpu = jax.default_device(jax.devices("cpu")[0])
+    with on_the_cpu, x64_enabled() if choice.x64 else contextlib.nullcontext():
         d, i = jnp.asarray(data), jnp.asarray(indices)
         program = _program(choice, case)
         (with_, text), (again, _) = _compiled(program, d, i), _compiled(program, d, i)

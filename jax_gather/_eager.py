@@ -43,6 +43,7 @@ from jax_gather._cpu_client import (
     Call,
     aligned_for_cpu,
     data_placed,
+    default_device_is_cpu,
     narrowed_in_chunks,
     on_host,
 )
@@ -57,7 +58,7 @@ from jax_gather._host_bounds import (
     raise_if_out_of_bounds,
     verdict_test,
 )
-from jax_gather._host_gather import Recipe, host_gather, to_jax
+from jax_gather._host_gather import DEFAULT_DEVICE, Recipe, host_gather, to_jax
 from jax_gather._traced_bounds import in_bounds_mask, in_range_mask, normalising_is_inline
 from jax_gather._x64 import X64_STATE, x64_on
 from jax_gather.plans import GatherPlan
@@ -253,16 +254,21 @@ def _gathered_on_host(
     """The call of NumPy data and indices whose result is small, or rows
     (:mod:`jax_gather._host_gather`): gathered by NumPy and handed to JAX, checked indices
     judged first (a promise's wrap, so a broken one reads some element of the axis). Constants
-    in an open trace go into it as the op's program."""
+    in an open trace go into it as the op's program, as does every call made while the default
+    device is not a CPU (the host path was measured on CPUs alone)."""
     verdict_of = verdict_test(plan, size) or functools.partial(judge, plan)
+    made_under = DEFAULT_DEVICE.value  # a CPU (host_gather): another is asked about again
 
     def call(data: Any, indices: Any) -> Any:
+        by_program = under_a_trace() or (
+            DEFAULT_DEVICE.value is not made_under and not default_device_is_cpu()
+        )
         if not checked:
-            return promise(data, indices) if under_a_trace() else to_jax(recipe(data, indices, True))
+            return promise(data, indices) if by_program else to_jax(recipe(data, indices, True))
         verdict = verdict_of(indices)
         if verdict is _OUT_OF_BOUNDS:
             raise_if_out_of_bounds(plan, indices)
-        if under_a_trace():
+        if by_program:
             return (in_range if verdict is _IN_RANGE else promise)(data, indices)
         return to_jax(recipe(data, indices, verdict is not _IN_RANGE))
 

@@ -104,3 +104,12 @@ def rows_on_any_jax(monkeypatch):
     """short_rows_in_bytes chosen as where XLA:CPU vectorises its rows (through JAX 0.10; from
     0.11 it is left out, tests/test_cpu_facts.py): for its rule and what it computes."""
     yield from _facts_held(monkeypatch, "xla_vectorises_rows_in_units")
+
+
+@pytest.fixture(scope="module")
+def on_the_cpu():
+    """The default device put on this process's CPU for a whole module: the modules that test
+    XLA:CPU's facts and lowerings, or the host path, which serve a CPU alone (on a machine with
+    an accelerator, jit would compile for it, where none of them applies)."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield

@@ -20,7 +20,8 @@ from tests.compat import enable_x64
 from tests.programs import counting_compiles, stdout_with_cpu_devices
 from tests.strategies import INDEX_DTYPES, make_data, make_indices, make_wild_indices
 
-pytestmark = pytest.mark.core  # the fast tier: pytest -m core
+# The fast tier (pytest -m core); on a machine with an accelerator, on its CPU (the host path's).
+pytestmark = [pytest.mark.core, pytest.mark.usefixtures("on_the_cpu")]
 
 ON_HOST = ("gather", "gather_elements")  # the ops with a recipe (host_recipe)
 DTYPES = [np.float32, np.float64, ml_dtypes.bfloat16, np.int8, ml_dtypes.int4, ml_dtypes.uint4,
@@ -240,6 +241,30 @@ def test_only_numpy_data_and_indices_on_a_cpu_are_gathered_on_the_host():
         assert count[0] == 0
         jax_gather.gather(table, indices)
         assert count[0] == 1
+
+
+def test_a_call_remembered_on_a_cpu_asks_again_where_the_default_device_changed():
+    # The signature holds no device: each call made on the host asks again where the default
+    # device changed since it was remembered (here to the CPU by its platform's name).
+    table, indices = make_data((6, 4), np.float32, 0), np.array([5, -6, 2])
+    jax_gather.gather(table, indices)  # remembered under this module's CPU device
+    with jax.default_device("cpu"), handed_over() as count:
+        out = jax_gather.gather(table, indices)
+    assert count[0] == 1 and out.devices() == {jax.devices("cpu")[0]}
+
+
+def test_a_call_remembered_on_a_cpu_runs_the_program_where_the_default_is_an_accelerator():
+    accelerators = [d for d in jax.devices() if d.platform != "cpu"]
+    if not accelerators:
+        pytest.skip("no accelerator in this process to move the default device to")
+    table, indices = make_data((6, 4), np.float32, 0), np.array([5, -6, 2])
+    jax_gather.gather(table, indices)  # remembered under this module's CPU device
+    jax_gather.gather(table, indices, mode="promise_in_bounds")
+    for mode in ("checked", "promise_in_bounds"):
+        with jax.default_device(accelerators[0]), handed_over() as count:
+            out = jax_gather.gather(table, indices, mode=mode)
+        assert count[0] == 0 and out.devices() == {accelerators[0]}
+        np.testing.assert_array_equal(out, table[indices])
 
 
 @pytest.mark.parametrize("name", ON_HOST)
