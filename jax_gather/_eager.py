@@ -69,6 +69,9 @@ JAX_ARRAY_TYPES: set[type] = set()
 # Enough for every signature of a program's eager calls; cleared whole when full.
 _CAPACITY = 512
 _calls: dict[Hashable, Call] = {}
+# The indices a checked call of many tests first, where a program would normalise them anyway
+# (make_call).
+PROBED_INDICES = 4096
 
 
 def signature(
@@ -200,6 +203,12 @@ def make_call(
     # while it ran (AMD EPYC; the worker thread, found asleep after the host's passes, woke
     # while this thread judged).
     judged_while_gathered = not normalised_inline and indices.size > NORMALISED_ON_HOST
+    # There the first PROBED_INDICES are tested before all of them: negatives spread through
+    # the indices (Python's, from the end) fail that test, and the indices go to the program
+    # that normalises them at once, where the whole test cost a pass of its own first
+    # (GatherElements along the last axis, 75222 int32 a tenth negative: 1.39 of jnp's fill
+    # against 1.77; all in [0, s-1], the same 0.90: AMD EPYC, 31 paired rounds).
+    probe = max(1, PROBED_INDICES * indices.shape[0] // indices.size) if judged_while_gathered else 0
 
     # x64 off: 64-bit NumPy indices proved in [-s, s-1] convert exactly to int32 here, where
     # JAX's own conversion on the way costs more (16 int64 ids: a program's call 1 µs slower,
@@ -217,11 +226,12 @@ def make_call(
     def checked(data: Any, indices: Any) -> Any:
         numpy = type(indices) is np.ndarray
         host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
-        if in_chunks and numpy and host.flags.c_contiguous:
+        first_in_range = not probe or test(host[:probe])
+        if first_in_range and in_chunks and numpy and host.flags.c_contiguous:
             narrowed = narrowed_in_chunks(host, plan, test)
             if narrowed is not None:  # the common case: every index in [0, s-1]
                 return in_range(data, narrowed)
-        elif test(host):  # the common case, every index in [0, s-1]: gathered as they are
+        elif first_in_range and test(host):  # the common case: gathered as they are
             return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
         if judged_while_gathered:
             # Out of bounds, its result is dropped (its gather clamps, and reads inside data):
