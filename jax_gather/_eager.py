@@ -197,18 +197,23 @@ def make_call(
     verdict_of = verdict_test(plan, indices.size) if normalised_inline else None
     if verdict_of is not None:
         return _checked_few(plan, verdict_of, in_range, promise, _narrowed if narrow else None)
-    # More than NORMALISED_ON_HOST indices, some outside [0, s-1], are judged while the program
-    # that normalises them runs on JAX's worker thread, dispatched first: GatherElements of
-    # 8192-65536 float32 indices took 1.31-2.97x jnp's "fill" judged first, 0.53-1.14 judged
-    # while it ran (AMD EPYC; the worker thread, found asleep after the host's passes, woke
-    # while this thread judged).
-    judged_while_gathered = not normalised_inline and indices.size > NORMALISED_ON_HOST
+    # Indices some outside [0, s-1], whose normalising program runs on JAX's worker thread, are
+    # judged while it runs, dispatched first: a JAX array's, and more than NORMALISED_ON_HOST
+    # NumPy ones (fewer are normalised here, since NumPy's go to JAX as an array anyway).
+    # GatherElements of 8192-65536 float32 indices took 1.31-2.97x jnp's "fill" judged first,
+    # 0.53-1.14 judged while it ran (AMD EPYC; the worker thread, found asleep after the host's
+    # passes, woke while this thread judged); 1024 ids of a JAX array, a tenth negative,
+    # normalised here and handed to JAX as a new array, 2.4-2.9x, judged while gathered 1.4-1.5
+    # (AMD EPYC, JAX 0.10.2, 21 paired rounds).
+    many = type(indices) is not np.ndarray or indices.size > NORMALISED_ON_HOST
+    judged_while_gathered = not normalised_inline and many
     # There the first PROBED_INDICES are tested before all of them: negatives spread through
     # the indices (Python's, from the end) fail that test, and the indices go to the program
     # that normalises them at once, where the whole test cost a pass of its own first
     # (GatherElements along the last axis, 75222 int32 a tenth negative: 1.39 of jnp's fill
     # against 1.77; all in [0, s-1], the same 0.90: AMD EPYC, 31 paired rounds).
-    probe = max(1, PROBED_INDICES * indices.shape[0] // indices.size) if judged_while_gathered else 0
+    probed = judged_while_gathered and indices.size > PROBED_INDICES
+    probe = max(1, PROBED_INDICES * indices.shape[0] // indices.size) if probed else 0
 
     # x64 off: 64-bit NumPy indices proved in [-s, s-1] convert exactly to int32 here, where
     # JAX's own conversion on the way costs more (16 int64 ids: a program's call 1 µs slower,
@@ -240,20 +245,17 @@ def make_call(
             if judge(plan, host) is _OUT_OF_BOUNDS:
                 raise_if_out_of_bounds(plan, host)
             return result
-        # A JAX array's indices are normalised here only where the program that normalises
-        # them would go to JAX's worker thread (3 flops an index: from 334), and a transfer
-        # guard allows the new transfer: measured on 64 ids, 17 µs by that program on the
-        # calling thread and 21 µs normalised here; on 1600, 70 µs and 23 µs.
-        verdict, moved = judged_outside_range(plan, host, numpy or not normalised_inline)
+        # Up to NORMALISED_ON_HOST NumPy indices are normalised here; a JAX array's that reach
+        # this point are normalised by a program on the calling thread (3 flops an index: up
+        # to 333 components), which costs less than a new transfer.
+        verdict, moved = judged_outside_range(plan, host, numpy)
         if verdict is Verdict.OUT_OF_BOUNDS:
             raise_if_out_of_bounds(plan, host)
         if verdict is Verdict.IN_BOUNDS:
             return promise(data, in_bounds_for_cpu(indices) if numpy else indices)
-        if moved is not host:
-            if not (numpy or _transfers_allowed()):  # the guard is read only where it matters
-                return promise(data, indices)
-            indices, numpy = moved, True
-        return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
+        return in_range(
+            data, in_bounds_for_cpu(moved if moved is not None else indices) if numpy else indices
+        )
 
     return checked
 
@@ -335,11 +337,6 @@ def reads_in_place(plan: GatherPlan, mode: Mode, data: Any, indices: Any) -> boo
 
 
 _OUT_OF_BOUNDS, _IN_RANGE = Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE  # read on every call: no enum lookups
-
-
-def _transfers_allowed() -> bool:
-    """Whether an implicit host-to-device transfer is allowed here (no transfer guard set)."""
-    return jax.config.jax_transfer_guard_host_to_device in (None, "allow")  # type: ignore[attr-defined]
 
 
 def checked_on_device(

@@ -16,6 +16,7 @@ from jax_gather import _cpu, _cpu_client, _eager, _host_bounds, _host_gather, op
 from jax_gather._arguments import Mode
 from jax_gather._host_bounds import Verdict
 from jax_gather._lowering import Lowering
+from jax_gather._traced_bounds import normalising_is_inline
 from tests import ops_table, reference
 from tests.compat import enable_x64
 from tests.programs import counting_compiles, stdout_with_cpu_devices
@@ -237,38 +238,22 @@ def test_the_first_call_with_jax_arrays_is_remembered(monkeypatch):
     assert validated == [1]
 
 
-def test_negative_indices_of_a_cpu_array_are_normalised_on_the_host_unless_transfers_are_guarded():
-    # Normalised on the host, they reuse the program of indices in [0, s-1] (no flops: run on
-    # the calling thread); under a transfer guard the program normalises them, as jnp's would.
+@pytest.mark.parametrize("n", [334, 1024, _host_bounds.NORMALISED_ON_HOST + 1])
+def test_negative_indices_of_a_cpu_array_are_judged_while_their_program_runs(monkeypatch, n):
+    # From 334 components (3 flops each: past INLINE_FLOPS) the program that normalises them is
+    # dispatched first, to JAX's worker thread, and this thread judges them while it runs: no
+    # new array is made on the host and handed over (so a transfer guard has nothing to stop).
+    # Out of bounds, its result is dropped and the call raises as before.
+    assert not normalising_is_inline(n)
     with jax.default_device(jax.devices("cpu")[0]):  # CPU arrays, also beside an accelerator
         data = jnp.asarray(make_data((1000, 4), np.float32, 0))
-        ids = np.random.default_rng(0).integers(-1000, 1000, 2000)
-        expected = reference.gather(np.asarray(data), ids, 0)
-        np.testing.assert_array_equal(
-            jax_gather.gather(data, jnp.asarray(ids % 1000)), np.asarray(data)[ids % 1000]
-        )
-        with counting_compiles() as count:
-            np.testing.assert_array_equal(jax_gather.gather(data, jnp.asarray(ids)), expected)
-        assert count[0] == 0
-        on_device = jnp.asarray(ids)
-        with jax.transfer_guard_host_to_device("disallow"), counting_compiles() as count:
-            np.testing.assert_array_equal(jax_gather.gather(data, on_device), expected)
-        assert count[0] >= 1  # the normalising program
-
-
-def test_many_negative_indices_of_a_cpu_array_are_judged_while_their_program_runs(monkeypatch):
-    # Past NORMALISED_ON_HOST the program that normalises them is dispatched first, to JAX's
-    # worker thread, and this thread judges them while it runs; out of bounds, its result is
-    # dropped and the call raises as before.
-    n = _host_bounds.NORMALISED_ON_HOST + 1
-    with jax.default_device(jax.devices("cpu")[0]):
-        data = jnp.asarray(make_data((1000, 4), np.float32, 0))
         ids = np.random.default_rng(1).integers(-1000, 1000, n)
+        on_cpu = jnp.asarray(ids)
         monkeypatch.setattr(_eager, "judged_outside_range", lambda *a: pytest.fail("judged before it ran"))
         for _ in range(2):
-            np.testing.assert_array_equal(
-                jax_gather.gather(data, jnp.asarray(ids)), reference.gather(np.asarray(data), ids, 0)
-            )
+            with jax.transfer_guard_host_to_device("disallow"):
+                out = jax_gather.gather(data, on_cpu)
+            np.testing.assert_array_equal(out, reference.gather(np.asarray(data), ids, 0))
         bad = ids.copy()
         bad[n // 2] = 1000
         with pytest.raises(IndexError, match=re.escape(f"indices[{n // 2}] = 1000 is out of bounds")):
