@@ -69,9 +69,9 @@ JAX_ARRAY_TYPES: set[type] = set()
 # Enough for every signature of a program's eager calls; cleared whole when full.
 _CAPACITY = 512
 _calls: dict[Hashable, Call] = {}
-# The indices a checked call of many tests first, where a program would normalise them anyway
-# (make_call).
-PROBED_INDICES = 4096
+# The indices a checked call of PROBED_FROM or more tests first, where a program would normalise
+# them anyway (make_call).
+PROBED_INDICES, PROBED_FROM = 4096, 65536
 
 
 def signature(
@@ -207,13 +207,6 @@ def make_call(
     # (AMD EPYC, JAX 0.10.2, 21 paired rounds).
     many = type(indices) is not np.ndarray or indices.size > NORMALISED_ON_HOST
     judged_while_gathered = not normalised_inline and many
-    # There the first PROBED_INDICES are tested before all of them: negatives spread through
-    # the indices (Python's, from the end) fail that test, and the indices go to the program
-    # that normalises them at once, where the whole test cost a pass of its own first
-    # (GatherElements along the last axis, 75222 int32 a tenth negative: 1.39 of jnp's fill
-    # against 1.77; all in [0, s-1], the same 0.90: AMD EPYC, 31 paired rounds).
-    probed = judged_while_gathered and indices.size > PROBED_INDICES
-    probe = max(1, PROBED_INDICES * indices.shape[0] // indices.size) if probed else 0
 
     # x64 off: 64-bit NumPy indices proved in [-s, s-1] convert exactly to int32 here, where
     # JAX's own conversion on the way costs more (16 int64 ids: a program's call 1 µs slower,
@@ -221,6 +214,15 @@ def make_call(
     # chunk at a time (narrowed_in_chunks, as a prepared model's run does).
     to_int32 = _to_int32(plan, indices)
     in_chunks = to_int32 and indices.nbytes >= CPU_COPIED_INLINE
+
+    # Where a whole pass costs several times NumPy's 1 µs a reduction (from PROBED_FROM
+    # indices, or converted in chunks), the first PROBED_INDICES are tested on their own first:
+    # negatives spread through the indices (Python's, from the end) fail there, and the indices
+    # go to the program that normalises them at once, without the pass (GatherElements along the
+    # last axis, 75222 int64 ids a tenth negative: 1.28 of jnp's fill, 1.84 after the pass; AMD
+    # EPYC, 15 rounds). In bounds, the whole test then reads the rest.
+    probed = judged_while_gathered and (in_chunks or indices.size >= PROBED_FROM)
+    probe = max(1, PROBED_INDICES * indices.shape[0] // indices.size) if probed else 0
 
     def in_bounds_for_cpu(indices: np.ndarray) -> np.ndarray:
         """NumPy indices proved in [-s, s-1], as their program takes them."""
@@ -236,7 +238,7 @@ def make_call(
             narrowed = narrowed_in_chunks(host, plan, test)
             if narrowed is not None:  # the common case: every index in [0, s-1]
                 return in_range(data, narrowed)
-        elif first_in_range and test(host):  # the common case: gathered as they are
+        elif first_in_range and test(host[probe:] if probe else host):  # the common case
             return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
         if judged_while_gathered:
             # Out of bounds, its result is dropped (its gather clamps, and reads inside data):

@@ -263,16 +263,16 @@ def test_negative_indices_of_a_cpu_array_are_judged_while_their_program_runs(mon
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])  # int64: narrowed a chunk at a time
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_many_checked_indices_are_probed_first_then_judged_while_gathered(monkeypatch, request, dtype, where):
-    # Past NORMALISED_ON_HOST the first PROBED_INDICES are tested before all of them: a negative
-    # among them sends every index to the program that normalises them at once (the whole test
-    # is never made); one past them, after the whole test. Out of bounds raises either way.
+    # From PROBED_FROM the first PROBED_INDICES are tested before the rest: a negative among them
+    # sends every index to the program that normalises them at once (the whole test is never
+    # made); one past them, after the test of the rest. Out of bounds raises either way.
     tested = []
     real = _eager.in_range_test
     counted = lambda *a: (lambda test: lambda ids: tested.append(ids.size) or test(ids))(real(*a))
     monkeypatch.setattr(_eager, "in_range_test", counted)
     _eager.clear()  # no call remembered with the test uncounted, nor after with it counted
     request.addfinalizer(_eager.clear)
-    n = 4 * _eager.PROBED_INDICES
+    n = _eager.PROBED_FROM
     data = make_data((1000, 4), np.float32, 0)
     ids = np.random.default_rng(2).integers(0, 1000, n).astype(dtype)
     at = 7 if where == "first" else n - 7
@@ -282,7 +282,7 @@ def test_many_checked_indices_are_probed_first_then_judged_while_gathered(monkey
     if where == "first":
         assert tested == [_eager.PROBED_INDICES]
     else:
-        assert tested[0] == _eager.PROBED_INDICES and sum(tested[1:]) > n - _eager.PROBED_INDICES
+        assert tested[0] == _eager.PROBED_INDICES and sum(tested[1:]) >= n - _eager.PROBED_INDICES
     bad = ids.copy()
     bad[at] = 1000
     with pytest.raises(IndexError, match=re.escape(f"indices[{at}] = 1000 is out of bounds")):
