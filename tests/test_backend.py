@@ -24,6 +24,7 @@ from jax_gather import _onnx_graph, _x64, backend
 from tests import reference
 from tests.compat import enable_x64
 from tests.onnx_models import (
+    IR_VERSION,
     GraphBuilder,
     node_cases_of_these_ops_only,
     onnx_node_case,
@@ -786,7 +787,9 @@ def _fixed_shape_model():
         ],
         [helper.make_tensor_value_info("rows", TensorProto.FLOAT, None)],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = IR_VERSION  # onnxruntime's session reads it too: one every release reads
+    return model
 
 
 @pytest.mark.parametrize(
