@@ -37,6 +37,7 @@ from jax_gather import _cpu
 from jax_gather._arguments import Mode, under_a_trace
 from jax_gather._cpu_client import (
     CPU_COPIED_INLINE,
+    DEFAULT_DEVICE,
     INT32_MAX,
     READ_IN_PLACE_BYTES_PER_ELEMENT,
     READ_IN_PLACE_MIN_BYTES,
@@ -58,7 +59,7 @@ from jax_gather._host_bounds import (
     raise_if_out_of_bounds,
     verdict_test,
 )
-from jax_gather._host_gather import DEFAULT_DEVICE, Recipe, host_gather, to_jax
+from jax_gather._host_gather import Recipe, host_gather, to_jax
 from jax_gather._traced_bounds import in_bounds_mask, in_range_mask, normalising_is_inline
 from jax_gather._x64 import X64_STATE, x64_on
 from jax_gather.plans import GatherPlan
@@ -219,8 +220,8 @@ def make_call(
     # indices, or converted in chunks), the first PROBED_INDICES are tested on their own first:
     # negatives spread through the indices (Python's, from the end) fail there, and the indices
     # go to the program that normalises them at once, without the pass (GatherElements along the
-    # last axis, 75222 int64 ids a tenth negative: 1.28 of jnp's fill, 1.84 after the pass; AMD
-    # EPYC, 15 rounds). In bounds, the whole test then reads the rest.
+    # last axis, 75222 int32 ids a tenth negative: 1.38-1.41 of jnp's fill, 1.63-1.77 after the
+    # pass; AMD EPYC, 31 paired rounds). In bounds, the whole test then reads the rest.
     probed = judged_while_gathered and (in_chunks or indices.size >= PROBED_FROM)
     probe = max(1, PROBED_INDICES * indices.shape[0] // indices.size) if probed else 0
 
@@ -255,9 +256,7 @@ def make_call(
             raise_if_out_of_bounds(plan, host)
         if verdict is Verdict.IN_BOUNDS:
             return promise(data, in_bounds_for_cpu(indices) if numpy else indices)
-        return in_range(
-            data, in_bounds_for_cpu(moved if moved is not None else indices) if numpy else indices
-        )
+        return in_range(data, in_bounds_for_cpu(moved) if numpy and moved is not None else indices)
 
     return checked
 

@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jax_gather._cpu_client import CPU_COPIED_INLINE, INT32_MAX, default_device_is_cpu
+from jax_gather._cpu_client import CPU_COPIED_INLINE, DEFAULT_DEVICE, INT32_MAX, default_device_is_cpu
 from jax_gather._x64 import X64_STATE
 from jax_gather.plans import GatherPlan
 
@@ -41,20 +41,6 @@ HOST_ELEMENTS_MAX = 32768
 # 0.4.35-0.12; 8-32 MiB of rows 0.95-1.13 (the program 1.18): AMD EPYC, docs/design.md.
 HOST_ROWS_BELOW = 8 * 2**20
 
-
-class _PublicDefaultDevice:
-    @property
-    def value(self) -> Any:
-        return jax.config.jax_default_device  # type: ignore[attr-defined]
-
-
-# ``DEFAULT_DEVICE.value``: ``jax_default_device`` in this thread's context (a device, a
-# platform's name or None), read on every call gathered here: a call remembered under a CPU
-# default stays here only while the default is a CPU. JAX's own state object where it has one
-# (JAX 0.4.35 to 0.12: 0.02 µs, where ``jax.config``'s attribute takes 0.07).
-DEFAULT_DEVICE: Any = getattr(getattr(getattr(jax, "_src", None), "config", None), "default_device", None)
-if not hasattr(DEFAULT_DEVICE, "value"):  # pragma: no cover - depends on the JAX release
-    DEFAULT_DEVICE = _PublicDefaultDevice()
 
 # A jitted identity: JAX forwards its argument (no program runs), so this is the C++ path's
 # transfer of a NumPy array: 5.8-6.4 µs on 129 float32, where jax.device_put took 33-37.
@@ -75,7 +61,7 @@ def to_jax(result: np.ndarray) -> jax.Array:
     of JAX 0.4.35-0.12 (probed on the first call), else by the identity."""
     if _put is None:
         return _identity(result)
-    default = jax.config.jax_default_device  # type: ignore[attr-defined]  # a device, a platform, None
+    default = DEFAULT_DEVICE.value  # a device, a platform's name, or None
     aval, sharding, device = _placement(result.shape, result.dtype, X64_STATE.value, default)
     if aval.dtype != result.dtype:  # 64-bit types with x64 off
         result = result.astype(aval.dtype)
