@@ -14,6 +14,7 @@ against XLA's.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -122,23 +123,41 @@ def jnp_splits_its_select_loop(plan: GatherPlan, shape: tuple, dtype: np.dtype, 
 def indexed_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
     """Whether XLA:CPU splits the gather's loop of a fill of index tuples that read slices, their
     flag reduced in a loop of its own (the generic program), where it keeps jnp's loops whole and
-    the same loop reading written indices (``_cpu_fills.fill_after_written_indices``: no index
-    arithmetic, jnp's count) whole. The generic loop counts 5 flops a component and
-    :func:`_select_flops`, and reads the flag, a byte a tuple. Measured (AMD EPYC), the generic
-    loop split against the written indices: int4 pairs of rows of 2 by 2048-6000 and of 3 by 1024
-    1.2-2.0x jnp's time against 0.96-1.06, float8 pairs of rows of 2-3 by 512-4096 1.3-2.9x
-    against 0.63-0.99 (JAX 0.10 and 0.12); int8 pairs of rows of 2-4 by 12000-24000 and bfloat16
-    ones (JAX 0.10, each element pinned) of 2-24 by 3000-24000, against written slots (the clamp
-    of ``nd_fill_in_two_loops`` in the gather's loop), 0.97-1.06 and 0.60-0.89 against 0.94-1.08
-    and 0.65-1.24."""
+    the same loop reading written indices (:func:`written_loop_splits`) whole. The generic loop
+    counts 5 flops a component and :func:`_select_flops`, and reads the flag, a byte a tuple.
+    Measured (AMD EPYC), the generic loop split against the written indices: int4 pairs of rows
+    of 2 by 2048-6000 and of 3 by 1024 1.2-2.0x jnp's time against 0.96-1.06, float8 pairs of
+    rows of 2-3 by 512-4096 1.3-2.9x against 0.63-0.99 (JAX 0.10 and 0.12); int8 pairs of rows of
+    2-4 by 12000-24000 and bfloat16 ones (JAX 0.10, each element pinned) of 2-24 by 3000-24000,
+    against written slots (the clamp of ``nd_fill_in_two_loops`` in the gather's loop), 0.97-1.06
+    and 0.60-0.89 against 0.94-1.08 and 0.65-1.24."""
+    loop, nbytes = _gather_loop(plan, shape, dtype, components)
+    read = nbytes + components // len(plan.dimension_numbers.start_index_map)  # and the flag
+    jnps = _jnp_splits(components, nbytes)
+    return loop_splits(loop(5), read) and not loop_splits(loop(0), read) and not jnps
+
+
+def written_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
+    """Whether XLA:CPU splits the gather's loop of a fill of index tuples that read slices from
+    index vectors written out (``_cpu_fills.fill_after_written_indices``): no index arithmetic,
+    and :func:`_select_flops` an element, jnp's count for a plain select or one against a pinned
+    fill; where each element is pinned, 3 flops an element more than jnp's, with which the loop
+    may split where jnp's stays whole (bfloat16 pairs of rows of 8 by 16384 on an Intel Xeon,
+    family 6 model 207, JAX 0.11.2)."""
+    loop, nbytes = _gather_loop(plan, shape, dtype, components)
+    return loop_splits(loop(0), nbytes + components // len(plan.dimension_numbers.start_index_map))
+
+
+def _gather_loop(
+    plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int
+) -> tuple[Callable[[int], int], int]:
+    """XLA's count of the gather's loop of a fill of index tuples that read slices: its flops
+    given those a component, and its bytes (indices, output and data; the flag's are a tuple's)."""
     element, datum = _select_flops(dtype)
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     tuples, data = components // k, math.prod(shape)
-    nbytes = _slice_fill_bytes(plan, shape, dtype, components)
     loop = lambda per_component: tuples * (per_component * k + element * width) + datum * data
-    read = nbytes + tuples  # and the flag
-    jnps = _jnp_splits(components, nbytes)
-    return loop_splits(loop(5), read) and not loop_splits(loop(0), read) and not jnps
+    return loop, _slice_fill_bytes(plan, shape, dtype, components)
 
 
 def _select_flops(dtype: np.dtype) -> tuple[int, int]:
