@@ -2,6 +2,7 @@
 yet every call is judged on its own indices; the host bounds tests against NumPy; the checked
 mode judged on the device; what a signature must tell apart."""
 
+import functools
 import re
 
 import hypothesis.strategies as st
@@ -260,6 +261,48 @@ def test_negative_indices_of_a_cpu_array_are_judged_while_their_program_runs(mon
             jax_gather.gather(data, jnp.asarray(bad))
 
 
+@pytest.mark.parametrize("numpy", [False, True])
+def test_after_negative_indices_the_next_are_normalised_without_the_test_first(monkeypatch, request, numpy):
+    # Once a call's indices had negatives, the next call of that signature dispatches the
+    # normalising program before any test of [0, s-1] and judges them while it runs; indices in
+    # [0, s-1] send the call after back to the test (and its program that gathers them as they
+    # are). Out of bounds raises either way, and every result is the reference's.
+    tested, programs = [], []
+    real_test, real_make = _eager.in_range_test, _eager.make_call
+    counted = lambda *a: (lambda test: lambda ids: tested.append(ids.size) or test(ids))(real_test(*a))
+    monkeypatch.setattr(_eager, "in_range_test", counted)
+
+    def make_call(plan, mode, programs_of, data, indices):  # each program a call takes, by mode
+        named = lambda m: (lambda program: lambda *a: programs.append(m) or program(*a))(programs_of(m))
+        return real_make(plan, mode, named, data, indices)
+
+    monkeypatch.setattr(_eager, "make_call", make_call)
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    n = _host_bounds.NORMALISED_ON_HOST + 1 if numpy else 1024
+    data = jnp.asarray(make_data((1000, 4), np.float32, 0))  # not gathered on the host by NumPy
+    rng = np.random.default_rng(3)
+    negative, in_range = rng.integers(-1000, 1000, n), rng.integers(0, 1000, n)
+    bad = negative.copy()
+    bad[n // 3] = -1001
+    given = (lambda ids: ids) if numpy else jnp.asarray
+    for ids, tests, program in [
+        (in_range, 1, Mode.IN_RANGE),
+        (negative, 1, Mode.PROMISE_IN_BOUNDS),  # the test fails: then normalised
+        (negative, 0, Mode.PROMISE_IN_BOUNDS),  # at once
+        (in_range, 0, Mode.PROMISE_IN_BOUNDS),  # at once, found in [0, s-1]
+        (in_range, 1, Mode.IN_RANGE),  # tested again
+    ]:
+        tested.clear(), programs.clear()
+        expected = reference.gather(np.asarray(data), ids, 0)
+        np.testing.assert_array_equal(jax_gather.gather(data, given(ids)), expected)
+        assert (len(tested), programs) == (tests, [program])
+    for _ in range(2):  # after negatives, and after an error
+        jax_gather.gather(data, given(negative))
+        with pytest.raises(IndexError, match=re.escape(f"indices[{n // 3}] = -1001 is out of bounds")):
+            jax_gather.gather(data, given(bad))
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])  # int64: narrowed a chunk at a time
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_many_checked_indices_are_probed_first_then_judged_while_gathered(monkeypatch, request, dtype, where):
@@ -313,21 +356,31 @@ def test_a_second_call_compiles_nothing():
         assert count[0] == 0, mode
 
 
-@pytest.mark.parametrize("count", [_host_bounds.ARGMAX_UP_TO, _host_bounds.ARGMAX_UP_TO + 1])
+@pytest.mark.parametrize("writeable", [True, False])
+@pytest.mark.parametrize("count", [4095, 4096, _host_bounds.ARGMAX_UP_TO, _host_bounds.ARGMAX_UP_TO + 1])
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint64])
-def test_the_in_range_test_either_side_of_its_switch_to_a_reduction(count, dtype):
-    # Up to ARGMAX_UP_TO indices the test finds the largest by argmax, past it by a reduction:
-    # both must see a negative index, and one equal to the axis' size, wherever it lies.
+def test_the_bounds_tests_either_side_of_their_switch_to_a_reduction(count, dtype, writeable):
+    # Up to ARGMAX_UP_TO indices the test and the verdict find the extremes by argmax and argmin,
+    # past it (and from READ_ONLY_ARGMAX_BELOW bytes of indices that are not writeable, as a CPU
+    # JAX array's host view) by a reduction: each must see a negative index, and one equal to the
+    # axis' size, wherever it lies.
     size = 100
     plan = plans.gather_plan((size,), (count,), 0)
     test = _host_bounds.in_range_test(plan, np.dtype(dtype), count)
+    verdict = _host_bounds.verdict_test(plan, count) or functools.partial(_host_bounds.judge, plan)
+    fixed = lambda ids: ids if writeable else np.frombuffer(ids.tobytes(), ids.dtype)  # read-only
     good = (np.arange(count) % size).astype(dtype)
-    assert test(good) and test(good[::-1].copy())
+    for ids in (good, good[::-1].copy()):
+        assert test(fixed(ids)) and verdict(fixed(ids)) is _host_bounds.Verdict.IN_RANGE
     for bad in [-1, -size, size, 127] if dtype != np.uint64 else [size, 2**64 - 1]:
         for where in (0, count // 2, count - 1):
             ids = good.copy()
             ids[where] = bad
-            assert not test(ids), (bad, where)
+            assert not test(fixed(ids)), (bad, where)
+            expected = (
+                _host_bounds.Verdict.IN_BOUNDS if -size <= bad < 0 else _host_bounds.Verdict.OUT_OF_BOUNDS
+            )
+            assert verdict(fixed(ids)) is expected, (bad, where)
 
 
 @pytest.mark.parametrize("tuples", [False, True])
