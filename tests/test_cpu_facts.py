@@ -1280,6 +1280,8 @@ def test_where_each_element_is_pinned_the_pin_is_all_a_program_counts_past_jnps(
     # bits, the exclusive or) and nothing more. Rows of 2 by 80 ids and of 8 by 48 then count
     # 1124 and 1828 flops against jnp's 640 and 672 and leave the calling thread (that Xeon and
     # JAX 0.11.2 here alike; with a release that converts the select, jnp's count is over too).
+    # One flop an element more fails each of its 20 cells of rows of 2 and 8 (GatherElements pins
+    # none: each index reads an element of its own).
     _assert_inline_where_jnps_is(cell, "checked")
 
 
