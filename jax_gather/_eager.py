@@ -233,28 +233,29 @@ def make_call(
 
     # Where the last call's indices had negatives, the next call's go to the normalising program
     # at once, and the host judges them while it runs, without the test of [0, s-1] before the
-    # dispatch (each µs before it delays the program on the worker thread): GatherElements along
-    # the last axis of 1024 and 8192 int32 ids of a JAX array, a tenth negative, 1.42 and
-    # 1.61-1.68 of jnp's fill against 1.85-1.87 and 2.15-2.27 after the test (AMD EPYC, JAX 0.10.2,
-    # 31 paired rounds). Not at once for indices in [0, s-1]: their program runs on the calling
-    # thread, and may have a lowering of its own (Gather of rows of 16 by 8192 ids: 0.40-0.63
-    # against 0.98-1.14 by the normalising one).
-    negatives_last: list[bool] = [False]
+    # dispatch (each µs before it delays the program): GatherElements along the last axis of
+    # 1024 and 8192 int32 ids of a JAX array, a tenth negative, 1.70 and 1.91 of jnp's fill
+    # against 1.85 and 2.15-2.27 after the test (AMD EPYC, JAX 0.10.2, 31 paired rounds). Not at
+    # once for indices in [0, s-1]: their program runs on the calling thread, and may have a
+    # lowering of its own (Gather of rows of 16 by 8192 ids: 0.40-0.63 of jnp's time against
+    # 0.98-1.14 by the normalising one).
+    negatives_last = False
 
     def judged_while_normalised(data: Any, indices: Any, host: np.ndarray, numpy: bool) -> Any:
+        nonlocal negatives_last
         # Out of bounds, its result is dropped (its gather clamps, and reads inside data): the
         # indices go as they would in bounds, wrapped or not.
         result = promise(data, in_bounds_for_cpu(indices) if numpy else indices)
         verdict = judge(plan, host)
         if verdict is _OUT_OF_BOUNDS:
             raise_if_out_of_bounds(plan, host)
-        negatives_last[0] = verdict is not _IN_RANGE
+        negatives_last = verdict is not _IN_RANGE
         return result
 
     def checked(data: Any, indices: Any) -> Any:
         numpy = type(indices) is np.ndarray
         host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
-        if negatives_last[0]:
+        if negatives_last:
             return judged_while_normalised(data, indices, host, numpy)
         first_in_range = not probe or test(host[:probe])
         if first_in_range and in_chunks and numpy and host.flags.c_contiguous:

@@ -225,12 +225,13 @@ def verdict_test(plan: GatherPlan, size: int) -> Callable[[np.ndarray], Verdict]
     low_bound, out, in_range, in_bounds = -bound, Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE, Verdict.IN_BOUNDS
 
     def by_argmin_argmax(indices: np.ndarray) -> Verdict:
-        return verdict(indices.item(indices.argmin()), indices.item(indices.argmax()))
+        low, high = indices.item(indices.argmin()), indices.item(indices.argmax())
+        if low < low_bound or high >= bound:
+            return out
+        return in_range if low >= 0 else in_bounds
 
     def by_reductions(indices: np.ndarray) -> Verdict:
-        return verdict(int(np.minimum.reduce(indices, axis=None)), int(np.maximum.reduce(indices, axis=None)))
-
-    def verdict(low: int, high: int) -> Verdict:
+        low, high = int(np.minimum.reduce(indices, axis=None)), int(np.maximum.reduce(indices, axis=None))
         if low < low_bound or high >= bound:
             return out
         return in_range if low >= 0 else in_bounds
