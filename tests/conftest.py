@@ -20,7 +20,7 @@ settings.load_profile("jax_gather")
 # JAX_GATHER_PINNED_FILL=refused: the library's probe of the pinned fill (jax_gather._fill_pin.
 # pins_the_fill) answers no, as it does on an Intel Xeon (family 6 model 207, JAX 0.11.2), where
 # a select against that fill loses bits: each bfloat16 element is pinned instead. XLA's counts
-# are not the CPU's, so CI runs the CPU facts this way on the AMD EPYC too (.ci/run).
+# are not the CPU's, so CI runs the CPU facts and lowerings this way too, on any CPU (.ci/run).
 if os.environ.get("JAX_GATHER_PINNED_FILL") == "refused":
     _fill_pin._xla_cpu_keeps_rows_against_an_opaque_fill = lambda dtype: False
 
