@@ -230,18 +230,13 @@ def verdict_test(plan: GatherPlan, size: int) -> Callable[[np.ndarray], Verdict]
             return out
         return in_range if low >= 0 else in_bounds
 
-    def by_reductions(indices: np.ndarray) -> Verdict:
-        low, high = int(np.minimum.reduce(indices, axis=None)), int(np.maximum.reduce(indices, axis=None))
-        if low < low_bound or high >= bound:
-            return out
-        return in_range if low >= 0 else in_bounds
-
     if size * 8 < READ_ONLY_ARGMAX_BELOW:  # whatever their integer type
         return by_argmin_argmax
 
     def where_writeable(indices: np.ndarray) -> Verdict:  # see READ_ONLY_ARGMAX_BELOW
-        small = indices.nbytes < READ_ONLY_ARGMAX_BELOW
-        return (by_argmin_argmax if small or indices.flags.writeable else by_reductions)(indices)
+        if indices.nbytes < READ_ONLY_ARGMAX_BELOW or indices.flags.writeable:
+            return by_argmin_argmax(indices)
+        return _by_reductions(plan, indices)
 
     return where_writeable
 
@@ -254,12 +249,14 @@ def judge(plan: GatherPlan, indices: np.ndarray) -> Verdict:
     by_argmin_argmax = verdict_test(plan, indices.size)
     if by_argmin_argmax is not None:
         return by_argmin_argmax(indices)
-    if plan.tuple_indices:  # one component at a time (see in_range_test)
-        parts = [indices[..., k] for k in range(indices.shape[-1])]
-        lows = [int(np.minimum.reduce(p, axis=None)) for p in parts]
-        highs = [int(np.maximum.reduce(p, axis=None)) for p in parts]
-    else:
-        lows, highs = [int(indices.min())], [int(indices.max())]
+    return _by_reductions(plan, indices)
+
+
+def _by_reductions(plan: GatherPlan, indices: np.ndarray) -> Verdict:
+    """:func:`judge`'s verdict by a minimum and a maximum per component."""
+    parts = [indices[..., k] for k in range(indices.shape[-1])] if plan.tuple_indices else [indices]
+    lows = [int(np.minimum.reduce(p, axis=None)) for p in parts]  # a component at a time: in_range_test
+    highs = [int(np.maximum.reduce(p, axis=None)) for p in parts]
     if not all(-size <= low and high < size for low, high, size in zip(lows, highs, plan.index_sizes)):
         return Verdict.OUT_OF_BOUNDS
     return Verdict.IN_RANGE if min(lows) >= 0 else Verdict.IN_BOUNDS

@@ -41,7 +41,6 @@ HOST_ELEMENTS_MAX = 32768
 # 0.4.35-0.12; 8-32 MiB of rows 0.95-1.13 (the program 1.18): AMD EPYC, docs/design.md.
 HOST_ROWS_BELOW = 8 * 2**20
 
-
 # A jitted identity: JAX forwards its argument (no program runs), so this is the C++ path's
 # transfer of a NumPy array: 5.8-6.4 µs on 129 float32, where jax.device_put took 33-37.
 _identity: Callable[[np.ndarray], jax.Array] = jax.jit(lambda result: result)
