@@ -45,6 +45,14 @@ MOVED_MIN_COVER, MOVED_MIN_COVER_BFLOAT16 = 1 / 2, 1 / 8
 # jax_gather._cpu's row says, where JAX's scatter counts under INLINE_FLOPS: the row index's
 # flops would take the program to JAX's worker thread, 23 positions by 26 ids: 2.1x.)
 LEADING_MIN_POSITIONS, LEADING_MAX_TRAIL_BYTES = 16, 64
+# A trailing block of one element: JAX's strided scatter writes one element a leading row, rows
+# L * itemsize bytes apart, which collide in the CPU's cache where that stride is a multiple of
+# LEADING_ELEMENT_STRIDE bytes (x86-64 L1D: 64 sets of 64-byte lines); only there does the leading
+# block pay. Measured (AMD EPYC, JAX 0.10.2, float32, 0.4 L ids, 6 paired rounds): over 266
+# positions, L = 512-8192 of such strides (768, 2304 among them) 0.08-0.59 of JAX's time (JAX's
+# 0.38-14 ms), of others (1000, 2000, 2176, 2368, 4160) 1.03-1.46 (JAX's 0.16-0.62 ms); over 16-64
+# positions 0.21-0.64 against 1.0-1.23. Blocks of 4 and 8 elements paid at L = 1000 (0.50-0.60).
+LEADING_ELEMENT_STRIDE = 1024
 
 
 def derivative(plan: GatherPlan, shape: tuple, dtype: np.dtype, one_device: bool, x64: bool) -> str | None:
@@ -60,7 +68,8 @@ def derivative(plan: GatherPlan, shape: tuple, dtype: np.dtype, one_device: bool
     float32_or_wider = dtype.kind == "f" and dtype.itemsize >= 4
     small_trail = trail * dtype.itemsize < LEADING_MAX_TRAIL_BYTES
     leading = float32_or_wider and small_trail and positions >= LEADING_MIN_POSITIONS and one_device
-    return LEADING if leading and linear_index_dtype(shape, x64) is not None else None
+    colliding = trail > 1 or (length * dtype.itemsize) % LEADING_ELEMENT_STRIDE == 0
+    return LEADING if leading and colliding and linear_index_dtype(shape, x64) is not None else None
 
 
 def rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:

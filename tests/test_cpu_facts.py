@@ -1148,6 +1148,44 @@ def test_xla_computes_the_linear_index_in_vector_instructions_where_its_tasks_st
     assert vectorised or not chosen, name
 
 
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [((1001, 999), np.float16), ((1000, 999), np.float16), ((1001, 999), np.float32)]
+    + [((363, 361), np.float32), ((9937, 825), np.float16), ((9936, 825), np.float16)],
+    ids=lambda p: getattr(p, "__name__", str(p)),
+)
+def test_xla_fills_a_linear_derivatives_flat_zeros_one_element_at_a_time_where_its_tasks_do_not_divide_them(
+    shape, dtype
+):
+    # What _cpu_linear.data_tasks_divide rests on: XLA splits the loops over data's flat elements
+    # (the zeros the derivative scatters into, and the scatter) into no more tasks than
+    # data_tasks counts, and fills the zeros in vector instructions where their count of tasks
+    # divides the elements, one element at a time where it does not (an odd count in two: 8x the
+    # time). On one core, one task: vector instructions. Where the library takes the linear
+    # index for these few updates (4 a row), the fill is vectorised.
+    plan = plans.gather_elements_plan(shape, (shape[0], 4), -1)
+    by_linear = functools.partial(_cpu_linear.by_linear_index, plan=plan, dtype=jnp.int32)
+    grad = jax.grad(lambda d, i: by_linear(d, i[..., None]).astype(jnp.float32).sum())
+    lowered = jax.jit(grad).lower(*_on_cpu(np.zeros(shape, dtype), np.zeros((shape[0], 4), np.int32)))
+    elements, name = math.prod(shape), jnp.dtype(dtype).name.replace("float", "f")
+    flat = [
+        line
+        for line in lowered.compile().as_text().splitlines()
+        if f"= {name}[{elements}]{{0}} fusion(" in line
+    ]
+    (zeros,) = [line for line in flat if "broadcast" in line.split("=")[0]]
+    splits = [re.search(r'outer_dimension_partitions":\["(\d+)"', line) for line in flat]
+    counts = [int(split.group(1)) if split else 1 for split in splits]
+    most = _cpu_linear.data_tasks(shape, jnp.dtype(dtype).itemsize, shape[0] * 4, 4)
+    assert max(counts) <= most, flat
+    kernel = re.search(r"%(\S+) = ", zeros).group(1)
+    (ir,) = [ir for ir in _cpu_client.kernel_irs(lowered) if f"__compute_module_{kernel}_kernel" in ir[:300]]
+    zeros_tasks = counts[flat.index(zeros)]
+    assert bool(re.search(r"store <\d+ x ", ir)) == (elements % zeros_tasks == 0), zeros
+    chosen = "linear_derivative" in _cpu.lowering(plan, shape, dtype).names
+    assert elements % zeros_tasks == 0 or not chosen
+
+
 # ---- moved_axis_derivative -----------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from jax_gather import (
     _cpu_columns,
     _cpu_fills,
     _cpu_linear,
+    _cpu_off_axis,
     _cpu_rows,
     _cpu_split,
     _fill,
@@ -354,10 +355,55 @@ def test_the_linear_derivative_needs_each_task_xla_may_split_its_index_into_to_s
     # XLA computes a split row in vector instructions all the same (scalar False), any count.
     monkeypatch.setattr(_cpu_linear, "usable_cores", lambda: cores)
     monkeypatch.setattr(_cpu_linear, "xla_scalarises_split_rows", lambda: scalar)
-    plan = plans.gather_elements_plan((rows, 57), (rows, 57), 1)
+    # Data of 60 columns: its flat zeros divide by every count of tasks (the test below).
+    plan = plans.gather_elements_plan((rows, 60), (rows, 57), 1)
     _cpu._choose.cache_clear()
     try:
-        names = _cpu.lowering(plan, (rows, 57), np.float32).names
+        names = _cpu.lowering(plan, (rows, 60), np.float32).names
+    finally:
+        _cpu._choose.cache_clear()
+    assert names == ({LINEAR} if ON and chosen else set())
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, leading",
+    [((266, 1000), np.float32, False), ((266, 1024), np.float32, True), ((266, 768), np.float32, True)]
+    + [((266, 2304), np.float32, True), ((266, 2368), np.float32, False), ((266, 500), np.float64, False)]
+    + [((266, 128), np.float64, True), ((266, 1000, 4), np.float32, True), ((8, 1024), np.float32, False)],
+    ids=str,
+)
+def test_rows_of_the_leading_block_differentiate_single_elements_only_where_jaxs_scatter_collides(
+    shape, dtype, leading
+):
+    # JAX's strided scatter of one element a leading row collides in the cache where the rows are
+    # a multiple of LEADING_ELEMENT_STRIDE bytes apart (1024 and 768 float32: 0.1-0.6 of its
+    # time by the leading block; 1000 and 2368: 1.03-1.46). Trailing blocks paid either way; 8
+    # positions never (LEADING_MIN_POSITIONS).
+    plan = plans.gather_plan(shape, (shape[1] * 2 // 5,), 1)
+    chosen = _cpu_off_axis.derivative(plan, shape, np.dtype(dtype), True, False)
+    assert chosen == (_cpu_off_axis.LEADING if leading else None)
+
+
+@pytest.mark.parametrize(
+    "cores, shape, width, chosen",
+    [(1, (1001, 999), 40, True), (2, (1001, 999), 40, False), (2, (1000, 999), 40, True)]
+    + [(2, (363, 361), 40, False), (2, (31, 33), 40, True), (2, (2047, 1023), 256, True)]
+    + [(2, (65535, 1), 1, True), (16, (1000, 1001), 40, False), (16, (1002, 1000), 40, True)],
+)
+def test_the_linear_derivative_needs_each_task_xla_may_split_datas_flat_zeros_into_to_divide_them(
+    monkeypatch, cores, shape, width, chosen
+):
+    # On two cores XLA splits the flat zeros of 999999 float32 elements in two, where an odd count
+    # is filled one element at a time; 363 x 361 (131043) too; 31 x 33 stays one task. There the
+    # linear index pays only from one update in SCALAR_FILL_ELEMENTS_PER_UPDATE elements of data
+    # (2047 x 1023 by 256 a row, 65535 x 1 by one). On 16 cores into up to 4 tasks: 1001000
+    # does not divide by 3, 1002000 divides by 2, 3 and 4.
+    monkeypatch.setattr(_cpu_linear, "usable_cores", lambda: cores)
+    monkeypatch.setattr(_cpu_linear, "xla_scalarises_split_rows", lambda: False)
+    plan = plans.gather_elements_plan(shape, (shape[0], width), 1)
+    _cpu._choose.cache_clear()
+    try:
+        names = _cpu.lowering(plan, shape, np.float32).names
     finally:
         _cpu._choose.cache_clear()
     assert names == ({LINEAR} if ON and chosen else set())
@@ -456,8 +502,8 @@ PROGRAMS = [
     ("tuple mask by and", lambda d, i: jax_gather.gather_nd(d, i, mode="fill"),
      np.zeros((6, 7, 5), np.float32), np.zeros((300, 2), np.int32), _reductions, 0, 1),
     ("leading block derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
-     np.zeros((16, 300), np.float32), np.zeros((64,), np.int32),
-     _scatters, ("4800x1xf32", "16x64x1xi32"), ("16x300xf32", "64x1xi32")),
+     np.zeros((16, 256), np.float32), np.zeros((64,), np.int32),  # rows 1 KiB apart
+     _scatters, ("4096x1xf32", "16x64x1xi32"), ("16x256xf32", "64x1xi32")),
 ]
 # fmt: on
 
