@@ -366,6 +366,30 @@ def test_the_linear_derivative_needs_each_task_xla_may_split_its_index_into_to_s
 
 
 @pytest.mark.parametrize(
+    "shape, dtype, rows, chosen",
+    [((54752, 2), ml_dtypes.bfloat16, 7487, False), ((13688, 8), ml_dtypes.bfloat16, 1871, False)]
+    + [((4096, 2), ml_dtypes.bfloat16, 32768, True), ((6844, 16), ml_dtypes.bfloat16, 935, True)]
+    + [((54752, 2), np.float16, 7487, True), ((54752, 2), np.float32, 7487, True)],
+    ids=str,
+)
+def test_the_linear_derivative_of_short_bfloat16_rows_needs_dense_updates(
+    monkeypatch, shape, dtype, rows, chosen
+):
+    # XLA:CPU scatters bfloat16 in float32 and converts the result back: after the flat scatter,
+    # over rows of 2-8, that took 1.13-1.37x JAX's derivative (rows of 16, float16, float32, and
+    # 65536 updates into 8192 elements paid).
+    monkeypatch.setattr(_cpu_linear, "usable_cores", lambda: 2)
+    monkeypatch.setattr(_cpu_linear, "xla_scalarises_split_rows", lambda: False)
+    plan = plans.gather_elements_plan(shape, (rows, shape[1]), 0)
+    _cpu._choose.cache_clear()
+    try:
+        names = _cpu.lowering(plan, shape, dtype).names
+    finally:
+        _cpu._choose.cache_clear()
+    assert names == ({LINEAR} if ON and chosen else set())
+
+
+@pytest.mark.parametrize(
     "shape, dtype, leading",
     [((266, 1000), np.float32, False), ((266, 1024), np.float32, True), ((266, 768), np.float32, True)]
     + [((266, 2304), np.float32, True), ((266, 2368), np.float32, False), ((266, 500), np.float64, False)]
