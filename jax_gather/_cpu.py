@@ -233,39 +233,18 @@ def _index_at_rows(site: Site) -> bool:
     return at_rows or (len(shape) == 2 and not linear.xla_scalarises_split_rows())  # asked last, once
 
 
-# Where XLA:CPU fills the linear derivative's flat zeros one element at a time (its tasks do not
-# divide data's elements: _cpu_linear.data_tasks_divide), the fill costs by data's elements and
-# the linear index saves by the updates: measured (AMD EPYC, JAX 0.10.2, odd counts in two tasks,
-# 11 paired rounds against JAX's derivative), one update an element of data 0.50-0.57, one in 3
-# 0.71-0.85, one in 2 to 4 of rows of 1023 0.93-1.05, one in 9 0.99, one in 25 1.3-1.7, one in
-# 2000 9.6. So there it pays from one update in this many elements.
-SCALAR_FILL_ELEMENTS_PER_UPDATE = 4
-# bfloat16: XLA:CPU scatters it in float32 and converts the flat result back to data's shape in a
-# loop that cost more after the linear index's flat scatter than after JAX's over rows of 2-8
-# (measured, AMD EPYC, JAX 0.10.2, GatherElements along axis 0, 11 paired rounds against JAX's
-# derivative): 14974 updates into 54752 x 2, 27376 x 4 and 13688 x 8, 1.13-1.37; 1024 into
-# 65536 x 2, 0.99-1.22; rows of 16 and 32, 0.67-0.81; dense (65536 into 4096 x 2), 0.70-0.78;
-# float16 and float32 over rows of 2, 0.84-0.96. So bfloat16 rows under this many elements take
-# the linear index only where dense.
-CONVERTED_ROWS_MIN = 16
-
-
 def _linear_derivative(site: Site) -> bool:
     """An element gather whose derivative pays by one linear index: JAX's scatter is handed over
-    anyway, XLA:CPU fills the flat zeros in vector instructions or the updates are dense enough
-    to pay for their scalar fill (SCALAR_FILL_ELEMENTS_PER_UPDATE), bfloat16 rows are not short
-    unless dense (CONVERTED_ROWS_MIN), and XLA computes the index in vector instructions
+    anyway, the flat scatter pays for what XLA:CPU makes of data's flat zeros
+    (_cpu_linear.flat_scatter_pays), and XLA computes the index in vector instructions
     (_index_at_rows, asked last)."""
     dtype = _linear(site)
     if dtype is None or not _scatter_handed_over(site):
         return False
     updates = math.prod(site.plan.output_shape)
-    dense = SCALAR_FILL_ELEMENTS_PER_UPDATE * updates >= math.prod(site.shape)
-    if site.dtype == jnp.bfloat16 and site.shape[-1] < CONVERTED_ROWS_MIN and not dense:
-        return False
-    index_itemsize = np.dtype(dtype).itemsize
-    divide = dense or linear.data_tasks_divide(site.shape, site.dtype.itemsize, updates, index_itemsize)
-    return divide and _index_at_rows(site)
+    return linear.flat_scatter_pays(
+        site.shape, site.dtype, updates, np.dtype(dtype).itemsize
+    ) and _index_at_rows(site)
 
 
 def _pads(site: Site) -> bool:

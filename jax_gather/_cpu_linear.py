@@ -131,6 +131,32 @@ def data_tasks_divide(shape: tuple, itemsize: int, updates: int, index_itemsize:
     return all(elements % count == 0 for count in range(2, tasks + 1))
 
 
+# Where XLA:CPU fills the flat zeros one element at a time (data_tasks_divide says no), the fill
+# costs by data's elements and the linear index saves by the updates: measured (AMD EPYC, JAX
+# 0.10.2, odd counts in two tasks, 11 paired rounds against JAX's derivative), one update an
+# element of data 0.50-0.57, one in 3 0.71-0.85, one in 2 to 4 of rows of 1023 0.93-1.05, one in
+# 9 0.99, one in 25 1.3-1.7, one in 2000 9.6. So there it pays from one update in this many elements.
+SCALAR_FILL_ELEMENTS_PER_UPDATE = 4
+# bfloat16: XLA:CPU scatters it in float32 and converts the flat result back to data's shape in a
+# loop that cost more after the flat scatter than after JAX's over rows of 2-8 (measured, AMD
+# EPYC, JAX 0.10.2, GatherElements along axis 0, 11 paired rounds against JAX's derivative): 14974
+# updates into 54752 x 2, 27376 x 4 and 13688 x 8, 1.13-1.37; 1024 into 65536 x 2, 0.99-1.22; rows
+# of 16 and 32, 0.67-0.81; dense (65536 into 4096 x 2), 0.70-0.78; float16 and float32 over rows of
+# 2, 0.84-0.96. So bfloat16 rows under this many elements take the linear index only where dense.
+CONVERTED_ROWS_MIN = 16
+
+
+def flat_scatter_pays(shape: tuple, dtype: np.dtype, updates: int, index_itemsize: int) -> bool:
+    """Whether the derivative's scatter of ``updates`` into data of ``shape`` and ``dtype``,
+    flattened, pays for what XLA:CPU makes of its flat zeros: filled in vector instructions
+    (:func:`data_tasks_divide`), or updates dense enough (SCALAR_FILL_ELEMENTS_PER_UPDATE); for
+    bfloat16 rows under CONVERTED_ROWS_MIN elements, only dense updates."""
+    dense = SCALAR_FILL_ELEMENTS_PER_UPDATE * updates >= math.prod(shape)
+    if dtype == jnp.bfloat16 and shape[-1] < CONVERTED_ROWS_MIN:
+        return dense
+    return dense or data_tasks_divide(shape, dtype.itemsize, updates, index_itemsize)
+
+
 @functools.cache
 def xla_scalarises_split_rows() -> bool:
     """Whether XLA:CPU, in this process, computes the derivative's linear index of an output of
