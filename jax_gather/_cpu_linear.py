@@ -84,12 +84,17 @@ def xla_vectorises_linear_indices() -> bool:
 TASK_BYTES = 256 << 10
 
 
+def loop_tasks(nbytes: int) -> int:
+    """The tasks XLA:CPU splits a loop of fewer flops than bytes that moves ``nbytes`` into, in
+    this process: one per TASK_BYTES, at most the square root of the cores rounded up."""
+    cores = usable_cores()
+    return max(1, min(math.ceil(math.sqrt(cores)), nbytes // TASK_BYTES)) if cores > 1 else 1
+
+
 def index_tasks(elements: int, itemsize: int) -> int:
     """The tasks XLA:CPU splits the loop that computes a linear index of ``elements`` into, for
-    indices of ``itemsize`` bytes, in this process."""
-    cores = usable_cores()
-    by_bytes = 2 * itemsize * elements // TASK_BYTES
-    return max(1, min(math.ceil(math.sqrt(cores)), by_bytes)) if cores > 1 else 1
+    indices of ``itemsize`` bytes (in and out), in this process."""
+    return loop_tasks(2 * itemsize * elements)
 
 
 def index_tasks_start_at_rows(shape: tuple, x64: bool) -> bool:
@@ -118,9 +123,7 @@ def data_tasks(shape: tuple, itemsize: int, updates: int, index_itemsize: int) -
     """The most tasks XLA:CPU splits the derivative's loops over data's flat ``shape`` into: its
     scatter's (``updates`` elements by indices of ``index_itemsize`` bytes), which count more
     bytes than its zeros, in this process."""
-    scattered = 2 * itemsize * math.prod(shape) + (itemsize + index_itemsize) * updates
-    cores = usable_cores()
-    return max(1, min(math.ceil(math.sqrt(cores)), scattered // TASK_BYTES)) if cores > 1 else 1
+    return loop_tasks(2 * itemsize * math.prod(shape) + (itemsize + index_itemsize) * updates)
 
 
 def data_tasks_divide(shape: tuple, itemsize: int, updates: int, index_itemsize: int) -> bool:
