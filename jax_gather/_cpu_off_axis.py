@@ -30,29 +30,43 @@ from jax_gather._lowering import direct
 from jax_gather.plans import GatherPlan, gather_plan
 
 MOVED, LEADING = "moved", "leading"
-# Measured (AMD EPYC; data (P, L) and (P, L, S), n ids, 7 paired rounds against JAX's derivative
-# in the same run; docs/design.md). Rows of the moved axis: from n >= L/2 over P >= 8 positions,
-# 0.08-0.91 (float32); with fewer ids 1.1-3.4 (the transposes of data cost more than the strided
-# scatter), over P = 2-4 up to 1.7, over trailing blocks of 4-64 elements 1.0-4.2. Two-byte
-# floats from 32 positions (float16 0.07-0.54; from 8 to 31, 0.5-0.9 or, at P = 10, 14, 18, 22,
-# 26, 1.0-1.3: XLA's transposes of those rows); bfloat16, whose strided scatter costs more an
-# element, from n >= L/8 (0.31-0.86 from 8 positions and 0.06-0.41 from 64).
+# Fact: JAX's strided scatter writes one element into each leading row, rows L * itemsize bytes
+# apart; where that stride is a multiple of COLLIDING_STRIDE bytes those rows fall in a few sets of
+# the CPU's L1 data cache (x86-64: 64 sets of 64-byte lines, 4 KiB apart), which evict one another,
+# and the scatter costs several times as much an element. Rows of the moved axis pay only there
+# (float16's from FLOAT16_COLLIDING_STRIDE), and only for data past L1_DATA_BYTES (data that fits
+# the cache stays in it); so do rows of the leading block of one element.
+COLLIDING_STRIDE, FLOAT16_COLLIDING_STRIDE, L1_DATA_BYTES = 1024, 4096, 32768
+# Rows of the moved axis (data (P, L), n ids; AMD EPYC, JAX 0.10.2, 9 paired rounds against JAX's
+# derivative; docs/design.md): float32 by 0.88 L ids over 54 positions, at strides of 2-16 KiB
+# 0.17-0.52, of 1, 3, 5 and 9 KiB 0.70-1.03, at other strides (L = 640, 1000, 2000, 2794, 3000,
+# 4160) 1.16-1.83; over 266 positions 0.08-0.31 and 1.18; data of 32 KiB or less 0.97-3.3 (16 x
+# 256 by 128 ids: 3.3), past it 0.52-0.88. With fewer ids than L/2, 1.1-3.4 (the transposes of
+# data cost more than the scatter); over 2-4 positions up to 1.7; trailing blocks of 4-64
+# elements 1.0-4.2. float16 from 32 positions: 0.47-0.56 at strides of 4-12 KiB, 1.10-1.25 at 2
+# and 6 KiB and others; from 8 to 31, 0.5-1.3 (XLA's transposes of those rows). bfloat16, whose
+# scatter costs more an element, from L/8 ids at strides of 1 KiB multiples (0.27-0.77; 1.57 at
+# 4.5 KiB).
 MOVED_MIN_POSITIONS, MOVED_MIN_POSITIONS_2_BYTES = 8, 32
 MOVED_MIN_COVER, MOVED_MIN_COVER_BFLOAT16 = 1 / 2, 1 / 8
 # Rows of the leading block, float32 with fewer ids: 0.2-0.7 from P >= 16 (over 8, 1.0-1.4), over
 # trailing blocks under a cache line (S = 4-8: 0.2-0.7; 16, one line: 0.7-1.04). Not for 2-byte
 # floats: their element scatter took 1.2-2.7x (bfloat16) and 1.2-1.4x (float16, P = 16). (Nor,
 # jax_gather._cpu's row says, where JAX's scatter counts under INLINE_FLOPS: the row index's
-# flops would take the program to JAX's worker thread, 23 positions by 26 ids: 2.1x.)
+# flops would take the program to JAX's worker thread, 23 positions by 26 ids: 2.1x.) A trailing
+# block of one element only at colliding strides: over 266 positions by 0.4 L ids, L = 512-8192
+# of such strides (768, 2304 among them) 0.08-0.59 of JAX's time (JAX's 0.38-14 ms), of others
+# (1000, 2000, 2176, 2368, 4160) 1.03-1.46 (JAX's 0.16-0.62 ms); over 16-64 positions 0.21-0.64
+# against 1.0-1.23; 16 x 256 by 128 ids (16 KiB) 0.9-3.0, 32 x 256 (32 KiB) 1.00, 64 x 256 0.56.
+# Blocks of 3-8 elements paid at L = 40-1000, in data of 10-51 KiB too (0.35-0.84).
 LEADING_MIN_POSITIONS, LEADING_MAX_TRAIL_BYTES = 16, 64
-# A trailing block of one element: JAX's strided scatter writes one element a leading row, rows
-# L * itemsize bytes apart, which collide in the CPU's cache where that stride is a multiple of
-# LEADING_ELEMENT_STRIDE bytes (x86-64 L1D: 64 sets of 64-byte lines); only there does the leading
-# block pay. Measured (AMD EPYC, JAX 0.10.2, float32, 0.4 L ids, 6 paired rounds): over 266
-# positions, L = 512-8192 of such strides (768, 2304 among them) 0.08-0.59 of JAX's time (JAX's
-# 0.38-14 ms), of others (1000, 2000, 2176, 2368, 4160) 1.03-1.46 (JAX's 0.16-0.62 ms); over 16-64
-# positions 0.21-0.64 against 1.0-1.23. Blocks of 4 and 8 elements paid at L = 1000 (0.50-0.60).
-LEADING_ELEMENT_STRIDE = 1024
+
+
+def collides(length: int, dtype: np.dtype) -> bool:
+    """Whether JAX's scatter of one element a leading row, rows ``length`` elements apart,
+    collides in the L1 data cache (see COLLIDING_STRIDE)."""
+    stride = FLOAT16_COLLIDING_STRIDE if dtype == np.float16 else COLLIDING_STRIDE
+    return (length * dtype.itemsize) % stride == 0
 
 
 def derivative(plan: GatherPlan, shape: tuple, dtype: np.dtype, one_device: bool, x64: bool) -> str | None:
@@ -63,13 +77,14 @@ def derivative(plan: GatherPlan, shape: tuple, dtype: np.dtype, one_device: bool
     ids = math.prod(plan.output_shape) // max(1, positions * trail)
     cover = MOVED_MIN_COVER_BFLOAT16 if dtype == jnp.bfloat16 else MOVED_MIN_COVER
     least = MOVED_MIN_POSITIONS_2_BYTES if dtype.itemsize == 2 else MOVED_MIN_POSITIONS
-    if trail == 1 and positions >= least and ids >= cover * length:
+    misses = collides(length, dtype) and math.prod(shape) * dtype.itemsize > L1_DATA_BYTES
+    if trail == 1 and positions >= least and ids >= cover * length and misses:
         return MOVED
     float32_or_wider = dtype.kind == "f" and dtype.itemsize >= 4
     small_trail = trail * dtype.itemsize < LEADING_MAX_TRAIL_BYTES
     leading = float32_or_wider and small_trail and positions >= LEADING_MIN_POSITIONS and one_device
-    colliding = trail > 1 or (length * dtype.itemsize) % LEADING_ELEMENT_STRIDE == 0
-    return LEADING if leading and colliding and linear_index_dtype(shape, x64) is not None else None
+    leading = leading and (trail > 1 or misses)
+    return LEADING if leading and linear_index_dtype(shape, x64) is not None else None
 
 
 def rows_of_moved_axis(data: jax.Array, idx: jax.Array, plan: GatherPlan) -> jax.Array:

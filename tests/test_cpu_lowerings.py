@@ -132,33 +132,33 @@ SELECTIONS = [
     ((100, 32), np.complex64, plans.gather_plan((100, 32), (S + 1,), 0), set()),
     ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (R // 2, 2), 0), {ROWS, AND}),
     ((4, 5, 32), np.float32, plans.gather_nd_plan((4, 5, 32), (4, R // 8, 1), 1), {ROWS}),
-    # Gather off the leading axis of few positions per id: its derivative takes rows of the moved
-    # axis (see below). Along the last axis, from COLUMN_ROWS rows, it reads written-out indices
-    # and its fill from a pad, where the CPU's fact holds.
-    ((100, 32), np.float16, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
-    ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), {MOVED}),  # 4 bytes: no gain
-    ((2, 32, 32), np.int8, plans.gather_plan((2, 32, 32), (3, S), 2), {MOVED, *BIG_COLUMNS}),
+    # Gather along the last axis, from COLUMN_ROWS rows, reads written-out indices and its fill
+    # from a pad, where the CPU's fact holds (its derivative is JAX's: data within L1_DATA_BYTES,
+    # and rows under COLLIDING_STRIDE bytes apart; see below).
+    ((100, 32), np.float16, plans.gather_plan((100, 32), (S + 1,), 1), set(COLUMN_PAIR)),
+    ((100, 32), np.float32, plans.gather_plan((100, 32), (S + 1,), 1), set()),  # 4 bytes: no gain
+    ((2, 32, 32), np.int8, plans.gather_plan((2, 32, 32), (3, S), 2), set(BIG_COLUMNS)),
     # Below COLUMNS_MIN_BYTES of output (16 KiB) the indices are not written out; the pad stays
     # where it keeps the program under INLINE_FLOPS (up to 142 ids).
-    ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), {MOVED}),
-    ((8, 32), np.int8, plans.gather_plan((8, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
-    ((64, 32), np.int8, plans.gather_plan((64, 32), (S,), 1), {MOVED, LOOKUP_PAD}),
-    ((128, 32), np.int8, plans.gather_plan((128, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR}),
-    ((127, 32), np.int8, plans.gather_plan((127, 32), (S + 1,), 1), {MOVED, *COLUMN_PAIR} - {COLUMNS}),
+    ((2, 4, 32), np.int8, plans.gather_plan((2, 4, 32), (3, S), 2), set()),
+    ((8, 32), np.int8, plans.gather_plan((8, 32), (S + 1,), 1), set(COLUMN_PAIR) - {COLUMNS}),
+    ((64, 32), np.int8, plans.gather_plan((64, 32), (S,), 1), {LOOKUP_PAD}),
+    ((128, 32), np.int8, plans.gather_plan((128, 32), (S + 1,), 1), set(COLUMN_PAIR)),
+    ((127, 32), np.int8, plans.gather_plan((127, 32), (S + 1,), 1), set(COLUMN_PAIR) - {COLUMNS}),
     ((ROWS_PER_INDEX - 1, 32), np.int8, plans.gather_plan((ROWS_PER_INDEX - 1, 32), (S + 1,), 1), set()),
-    ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {MOVED, LOOKUP_PAD}),  # a short lookup
+    ((100, 32), np.int8, plans.gather_plan((100, 32), (S,), 1), {LOOKUP_PAD}),  # a short lookup
     # Up to COLUMNS_MAX_INDICES ids: past, the written indices come from memory for every row.
-    ((64, 32), np.int8, plans.gather_plan((64, 32), (2**18,), 1), {MOVED, *BIG_COLUMNS}),
-    ((16, 32), np.int8, plans.gather_plan((16, 32), (2**18 + 1,), 1), {MOVED}),
+    ((64, 32), np.int8, plans.gather_plan((64, 32), (2**18,), 1), set(BIG_COLUMNS)),
+    ((16, 32), np.int8, plans.gather_plan((16, 32), (2**18 + 1,), 1), set()),
     # Under COLUMNS_FEW_ROWS rows, the indices are written out up to COLUMNS_FEW_ROWS_MAX_INDICES.
-    ((63, 32), np.int8, plans.gather_plan((63, 32), (16384,), 1), {MOVED, *BIG_COLUMNS}),
-    ((63, 32), np.int8, plans.gather_plan((63, 32), (16385,), 1), {MOVED}),
-    ((16, 32), jnp.int4, plans.gather_plan((16, 32), (8192,), 1), {MOVED}),  # converted to bytes
+    ((63, 32), np.int8, plans.gather_plan((63, 32), (16384,), 1), set(BIG_COLUMNS)),
+    ((63, 32), np.int8, plans.gather_plan((63, 32), (16385,), 1), set()),
+    ((16, 32), jnp.int4, plans.gather_plan((16, 32), (8192,), 1), set()),  # converted to bytes
     ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1),
-     {MOVED, COLUMNS, COLUMN_DIRECT} if WIDENS else {MOVED}),  # bfloat16 selects, after the generic gather
+     {COLUMNS, COLUMN_DIRECT} if WIDENS else set()),  # bfloat16 selects, after the generic gather
     ((100, 32, 2), np.int8, plans.gather_plan((100, 32, 2), (S + 1,), 1), set()),  # rows of 2: neither
     ((4, 100, 32), np.int8, plans.gather_plan((4, 100, 32), (4, S + 1), 2, batch_dims=1), set()),  # batched
-    ((3, 100, 8), np.float16, plans.gather_plan((3, 100, 8), (7,), 2), {MOVED, LOOKUP_PAD}),
+    ((3, 100, 8), np.float16, plans.gather_plan((3, 100, 8), (7,), 2), {LOOKUP_PAD}),
     # The derivative off the leading axis: rows of the moved axis from L * MOVED_MIN_COVER ids (an
     # eighth of the axis for bfloat16), over MOVED_MIN_POSITIONS positions or more and a trailing
     # block of one element; with fewer ids, float32 and wider from LEADING_MIN_POSITIONS positions
@@ -393,19 +393,41 @@ def test_the_linear_derivative_of_short_bfloat16_rows_needs_dense_updates(
     "shape, dtype, leading",
     [((266, 1000), np.float32, False), ((266, 1024), np.float32, True), ((266, 768), np.float32, True)]
     + [((266, 2304), np.float32, True), ((266, 2368), np.float32, False), ((266, 500), np.float64, False)]
-    + [((266, 128), np.float64, True), ((266, 1000, 4), np.float32, True), ((8, 1024), np.float32, False)],
+    + [((266, 128), np.float64, True), ((266, 1000, 4), np.float32, True), ((8, 1024), np.float32, False)]
+    + [((16, 256), np.float32, False), ((64, 256), np.float32, True), ((16, 40, 4), np.float32, True)],
     ids=str,
 )
 def test_rows_of_the_leading_block_differentiate_single_elements_only_where_jaxs_scatter_collides(
     shape, dtype, leading
 ):
     # JAX's strided scatter of one element a leading row collides in the cache where the rows are
-    # a multiple of LEADING_ELEMENT_STRIDE bytes apart (1024 and 768 float32: 0.1-0.6 of its
-    # time by the leading block; 1000 and 2368: 1.03-1.46). Trailing blocks paid either way; 8
-    # positions never (LEADING_MIN_POSITIONS).
+    # a multiple of COLLIDING_STRIDE bytes apart (1024 and 768 float32: 0.1-0.6 of its
+    # time by the leading block; 1000 and 2368: 1.03-1.46), in data past L1_DATA_BYTES (16 x 256,
+    # 16 KiB: 0.9-3.0; 64 x 256: 0.56). Trailing blocks paid either way; 8 positions never
+    # (LEADING_MIN_POSITIONS).
     plan = plans.gather_plan(shape, (shape[1] * 2 // 5,), 1)
     chosen = _cpu_off_axis.derivative(plan, shape, np.dtype(dtype), True, False)
     assert chosen == (_cpu_off_axis.LEADING if leading else None)
+
+
+@pytest.mark.parametrize(
+    "shape, ids, dtype, moved",
+    [((54, 2000), 1760, np.float32, False), ((54, 2304), 2027, np.float32, True)]
+    + [((54, 2794), 2458, np.float32, False), ((266, 2048), 1802, np.float32, True)]
+    + [((8, 1024), 512, np.float32, False), ((9, 1024), 512, np.float32, True)]
+    + [((100, 32), 129, np.float32, False), ((1000, 32), 64, np.float32, False)]
+    + [((54, 1024), 901, np.float16, False), ((54, 2048), 1802, np.float16, True)]
+    + [((54, 1024), 128, ml_dtypes.bfloat16, True), ((54, 2304), 288, ml_dtypes.bfloat16, False)],
+    ids=str,
+)
+def test_rows_of_the_moved_axis_differentiate_only_where_jaxs_scatter_collides(shape, ids, dtype, moved):
+    # Rows of the moved axis paid where JAX's strided scatter collides in the cache: rows a
+    # multiple of COLLIDING_STRIDE bytes apart (2304 and 2048 float32: 0.08-1.03 of its time;
+    # 2000 and 2794: 1.6-1.8), of FLOAT16_COLLIDING_STRIDE for float16 (2048: 0.56; 1024: 1.18),
+    # in data past L1_DATA_BYTES (8 x 1024 float32, 32 KiB: 0.99; 100 x 32 by 129 ids: 1.46).
+    plan = plans.gather_plan(shape, (ids,), 1)
+    chosen = _cpu_off_axis.derivative(plan, shape, np.dtype(dtype), True, False)
+    assert (chosen == _cpu_off_axis.MOVED) is moved
 
 
 @pytest.mark.parametrize(
@@ -521,13 +543,13 @@ PROGRAMS = [
      ("120xf32", f"4x{T // 4}x1xi32") if BY_LINEAR else ("4x5x6xf32", f"4x{T // 4}x2xi32"),
      ("4x5x6xf32", f"4x{T // 4}x2xi32")),
     ("moved axis derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
-     np.zeros((8, 300), np.float32), np.zeros((200,), np.int32),
-     _scatters, ("300x8xf32", "200x1xi32"), ("8x300xf32", "200x1xi32")),
+     np.zeros((9, 1024), np.float32), np.zeros((512,), np.int32),  # rows 4 KiB apart, 36 KiB
+     _scatters, ("1024x9xf32", "512x1xi32"), ("9x1024xf32", "512x1xi32")),
     ("tuple mask by and", lambda d, i: jax_gather.gather_nd(d, i, mode="fill"),
      np.zeros((6, 7, 5), np.float32), np.zeros((300, 2), np.int32), _reductions, 0, 1),
     ("leading block derivative", _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
-     np.zeros((16, 256), np.float32), np.zeros((64,), np.int32),  # rows 1 KiB apart
-     _scatters, ("4096x1xf32", "16x64x1xi32"), ("16x256xf32", "64x1xi32")),
+     np.zeros((16, 1024), np.float32), np.zeros((64,), np.int32),  # rows 4 KiB apart, 64 KiB
+     _scatters, ("16384x1xf32", "16x64x1xi32"), ("16x1024xf32", "64x1xi32")),
 ]
 # fmt: on
 
@@ -583,7 +605,7 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
                lambda d, i: jax_gather.gather(d, i, mode="clip")),
         LINEAR: ((6, 7), make_wild_indices((6, 200), 7, np.int32, 2),  # INLINE_FLOPS elements
                  _grad(lambda d, i: jax_gather.gather_elements(d, i, 1, mode="clip"))),
-        MOVED: ((8, 300), make_wild_indices((200,), 300, np.int32, 3),
+        MOVED: ((9, 1024), make_wild_indices((512,), 1024, np.int32, 3),
                 _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="clip"))),
         LEADING: ((16, 300, 3), make_wild_indices((30,), 300, np.int32, 13),
                   _grad(lambda d, i: jax_gather.gather(d, i, 1, mode="fill"))),
