@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"  {r['bytes'] >> 20:5d} MiB  {name}: {fractions}")
     remeasure_deadline = time.monotonic() + 60 * args.remeasure_minutes
-    flagged = [r for r in rows if any(grid.slower(r, m) for m in grid.MODES)]
+    flagged = [r for r in grid.timed(rows) if any(grid.slower(r, m) for m in grid.MODES)]
     highest = sorted(rows, key=lambda r: -max(r[m] for m in grid.MODES))[: grid.REMEASURED_TOP]
     picked = list({id(r): r for r in flagged + highest}.values())
     records: list[dict[str, Any]] = []

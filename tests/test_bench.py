@@ -456,6 +456,33 @@ def test_an_eager_grid_of_numpy_inputs_gives_both_numpy_and_remeasures_them_so(t
         grid.run(quick=True, numpy=True)
 
 
+def test_a_grid_leaves_out_the_cells_whose_jnp_call_xla_cannot_run_and_raises_on_its_own(monkeypatch):
+    import jax
+
+    def refused(d, i):
+        raise jax.errors.JaxRuntimeError("INTERNAL: Failed to materialize symbols: __truncsfhf2")
+
+    real_jnp_call = grid.jnp_call
+    broken = "gather axis 0 float32 w=16 n=16"
+    monkeypatch.setattr(
+        grid, "jnp_call", lambda cell, *a: refused if cell.name == broken else real_jnp_call(cell, *a)
+    )
+    rows = grid.run(quick=True, only="gather axis 0 float32 w=16 n=", rounds=1, settle=0)
+    assert [r["count"] for r in rows] == [16, 129, 1024, 8192]
+    assert rows[0][grid.PEER_FAILED] == "INTERNAL: Failed to materialize symbols: __truncsfhf2"
+    assert all("checked" in r for r in rows[1:]) and "checked" not in rows[0]
+    summary = grid.format_summary(rows)
+    assert "grid: 3 cells" in summary and "left out: 1 cells where XLA could not run jnp's call" in summary
+    assert broken not in [name for _, name, _ in grid.worst(rows)]
+    monkeypatch.setattr(grid, "run_cell", lambda *a: pytest.fail("a failed cell timed again"))
+    assert grid.remeasure(rows[:1]) == []
+    # The library's own failure is never left out.
+    monkeypatch.undo()
+    monkeypatch.setattr(grid, "ours_call", lambda cell, mode: refused)
+    with pytest.raises(jax.errors.JaxRuntimeError):
+        grid.run(quick=True, only=broken, rounds=1, settle=0)
+
+
 def _level(row: dict) -> dict:
     """A grid row at jnp's speed in every mode: not slower, nor above REMEASURED_ABOVE."""
     level = dict.fromkeys(grid.MODES, 1.0) | {f"{m}_interval": [1.0, 1.0] for m in grid.MODES}

@@ -232,6 +232,13 @@ def ours_call(cell: Cell, mode: str) -> Callable[[Any, Any], Any]:
 
 
 AGAIN = "again"
+# A row's key where XLA could not run jnp's call (no ratios): left out of every summary.
+PEER_FAILED = "jnp_failed"
+
+
+def timed(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of cells that were timed (not those whose peer XLA could not run)."""
+    return [r for r in rows if PEER_FAILED not in r]
 
 
 def run_cell(
@@ -256,7 +263,15 @@ def run_cell(
     fns |= {f"jnp {m}": wrap(jnp_call(cell, m, eager, numpy)) for m in MODES}
     fns[AGAIN] = wrap(ours_call(cell, MODES[0]))  # the A/A control: the first compiled again
     calls: dict[str, Callable[[], Any]] = {name: functools.partial(ready, f, d, i) for name, f in fns.items()}
-    once = time_call(calls[f"jnp {MODES[0]}"], 1)
+    try:
+        once = time_call(calls[f"jnp {MODES[0]}"], 1)
+    except RuntimeError as error:
+        # XLA cannot run jnp's call here (float16 scatters need F16C: under
+        # --xla_cpu_max_isa=SSE4_2 its JIT finds no conversion routine): nothing to compare
+        # with. The library's calls are not guarded: a failure of theirs is raised.
+        if type(error).__name__ not in ("JaxRuntimeError", "XlaRuntimeError"):
+            raise
+        return dataclasses.asdict(cell) | {PEER_FAILED: str(error).splitlines()[0]}
     reps = int(np.clip(2e-3 / max(once, 1e-7), 3, 15))
     times = paired_rounds(calls, rounds, reps, settle)
     row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps}
@@ -327,6 +342,7 @@ def remeasure(
     every one of median above ``above`` and at least the ``top`` of highest median, each timed
     again alone over ``rounds`` rounds: per cell and mode, its grid ratio, the new ratio,
     interval, A/A interval and verdict."""
+    rows = timed(rows)
     flagged = [(r, m) for r in rows for m in MODES if slower(r, m)]
     ranked = sorted(((r, m) for r in rows for m in MODES), key=lambda rm: -rm[0][rm[1]])
     highest = [(r, m) for k, (r, m) in enumerate(ranked) if k < top or r[m] > above]
@@ -369,11 +385,16 @@ def format_remeasured(records: Sequence[dict[str, Any]]) -> str:
 
 def worst(rows: Sequence[dict[str, Any]], k: int = 10) -> list[tuple[float, str, str]]:
     name = lambda r: cell_of(r).name
-    return sorted(((r[m], name(r), m) for r in rows for m in MODES), reverse=True)[:k]
+    return sorted(((r[m], name(r), m) for r in timed(rows) for m in MODES), reverse=True)[:k]
 
 
 def format_summary(rows: Sequence[dict[str, Any]]) -> str:
+    failed = [r for r in rows if PEER_FAILED in r]
+    rows = timed(rows)
     lines = [f"grid: {len(rows)} cells x {len(MODES)} modes, jax_gather / jnp's call in the same mode"]
+    if failed:
+        lines.append(f"  left out: {len(failed)} cells where XLA could not run jnp's call, such as")
+        lines.append(f"    {cell_of(failed[0]).name}: {failed[0][PEER_FAILED]}")
     for m in MODES:
         ratios = [r[m] for r in rows]
         bad = [r for r in rows if slower(r, m)]
@@ -397,6 +418,7 @@ def plot(rows: Sequence[dict[str, Any]], prefix: str) -> list[str]:
     import matplotlib.pyplot as plt
     from matplotlib.colors import TwoSlopeNorm
 
+    rows = timed(rows)
     ops = [op for op in OPS if any(r["op"] == op for r in rows)]
     dtypes = [dt for dt in DTYPES + RANDOM_DTYPES if any(r["dtype"] == dt for r in rows)]
     widths = sorted({r["width"] for r in rows})
