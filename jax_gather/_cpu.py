@@ -133,8 +133,9 @@ class Row(NamedTuple):
 
 
 def _short_rows(site: Site) -> bool:
-    """Rows of 16-64 elements taken whole, for an output of short_rows_min_bytes or more (more of
-    one slice without a fill): below, the tasks cost more than the copy saves. Not where its
+    """Rows of 16 or 24-64 elements (SHORT_ROWS) taken whole, for an output of
+    short_rows_min_bytes or more (more of one slice without a fill): below, the tasks cost more
+    than the copy saves. Not where its
     bitcasts would move the program to a worker thread (_hand_over_pays), nor before a fill's
     select of pinned rows that XLA:CPU vectorises (with the clamp where chosen, or the exclusive
     or), whose loop reads the rows as they are: in bytes, the fill measured slower."""

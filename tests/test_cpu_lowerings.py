@@ -717,6 +717,17 @@ def test_short_rows_of_one_slice_without_a_fill_are_read_in_bytes_only_from_more
     assert (ROWS in _cpu.lowering(two_rows, (2, 35), np.int32, index_flops).names) == ON
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.int8])
+def test_rows_of_17_to_23_elements_are_left_to_xlas_loop(dtype, lowerings_on_any_cpu, rows_on_any_jax):
+    # In bytes they gained nothing (a promise, 1 MiB of output: GatherND pairs of 2-byte rows of
+    # 17-23 took 1.04-1.25x jnp's time, XLA's own loop 0.90-1.00); rows of 16 and 24 paid.
+    for width in (15, 16, 17, 20, 23, 24, 64, 65):
+        shape = (4096, width)
+        plan = plans.gather_plan(shape, ((1 << 20) // width,), 0)
+        chosen = ROWS in _cpu.lowering(plan, shape, dtype, 3).names
+        assert chosen == (ON and (width == 16 or 24 <= width <= 64)), width
+
+
 # ---- results, bit for bit ------------------------------------------------------------------------
 
 
