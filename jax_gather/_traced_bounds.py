@@ -216,8 +216,8 @@ def _working(indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamp
     return lax.bitcast_convert_type(in_range, indices.dtype)
 
 
-# What XLA counts for normalising one index component without the clamp (a shift, an and, an
-# add), as for jnp's own normalisation (a compare, an add, a select); with it, _CLAMPED_FLOPS.
+# What XLA counts for normalising one index component without the clamp (a compare, an add, a
+# select: jnp's own normalisation); with it, _CLAMPED_FLOPS.
 _UNCLAMPED_FLOPS = 3
 
 
@@ -257,10 +257,16 @@ def clamp_pays(plan: GatherPlan, indices: jax.Array, dtype: Any) -> bool:
 def _normalised_unclamped(indices: jax.Array, sizes: Any) -> jax.Array:
     """``i + s`` for negative ``i``, else ``i``: in [0, s-1] for every index in bounds. An index out
     of bounds stays out (the library's check reports the broken promise), and the gather's own
-    clamp keeps the read in the array."""
-    bits = jnp.iinfo(indices.dtype).bits
-    sign = lax.shift_right_arithmetic(indices, jnp.asarray(bits - 1, indices.dtype))
-    return indices + (sign & jnp.asarray(sizes, indices.dtype))
+    clamp keeps the read in the array.
+
+    jnp's own form (a compare, an add, a select). The same sum by the sign's bits (a shift, an
+    and, an add; the same count) took 1.11-1.18x jnp's time where this form took 0.95-1.00
+    (2026-12-05, AMD EPYC, 11 paired rounds: a promise of GatherElements along the last axis of
+    262144 int8 and bfloat16 ids, rows of 10-20; Gather along axis 1 of 529 x 23 uint8 under
+    AVX2), and level over three samples of 60 random cells (geometric means 0.98-1.02, AVX-512 and
+    AVX2): LLVM
+    vectorises the loops around each form differently."""
+    return jnp.where(indices < 0, indices + jnp.asarray(sizes, indices.dtype), indices)
 
 
 def index_vectors(
