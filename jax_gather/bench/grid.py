@@ -266,9 +266,9 @@ def run_cell(
     try:
         once = time_call(calls[f"jnp {MODES[0]}"], 1)
     except RuntimeError as error:
-        # XLA cannot run jnp's call here (float16 scatters need F16C: under
-        # --xla_cpu_max_isa=SSE4_2 its JIT finds no conversion routine): nothing to compare
-        # with. The library's calls are not guarded: a failure of theirs is raised.
+        # XLA cannot run jnp's call here (under --xla_cpu_max_isa=SSE4_2 its JIT finds no
+        # float16 conversion routine, for any float16 arithmetic): nothing to compare with.
+        # The library's calls are not guarded: a failure of theirs is raised.
         if type(error).__name__ not in ("JaxRuntimeError", "XlaRuntimeError"):
             raise
         return dataclasses.asdict(cell) | {PEER_FAILED: str(error).splitlines()[0]}
