@@ -82,8 +82,8 @@ def derivative(plan: GatherPlan, shape: tuple, dtype: np.dtype, one_device: bool
         return MOVED
     float32_or_wider = dtype.kind == "f" and dtype.itemsize >= 4
     small_trail = trail * dtype.itemsize < LEADING_MAX_TRAIL_BYTES
-    leading = float32_or_wider and small_trail and positions >= LEADING_MIN_POSITIONS and one_device
-    leading = leading and (trail > 1 or misses)
+    many_positions = positions >= LEADING_MIN_POSITIONS and one_device
+    leading = float32_or_wider and small_trail and many_positions and (trail > 1 or misses)
     return LEADING if leading and linear_index_dtype(shape, x64) is not None else None
 
 

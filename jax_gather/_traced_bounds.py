@@ -264,8 +264,7 @@ def _normalised_unclamped(indices: jax.Array, sizes: Any) -> jax.Array:
     (2026-12-05, AMD EPYC, 11 paired rounds: a promise of GatherElements along the last axis of
     262144 int8 and bfloat16 ids, rows of 10-20; Gather along axis 1 of 529 x 23 uint8 under
     AVX2), and level over three samples of 60 random cells (geometric means 0.98-1.02, AVX-512 and
-    AVX2): LLVM
-    vectorises the loops around each form differently."""
+    AVX2): LLVM vectorises the loops around each form differently."""
     return jnp.where(indices < 0, indices + jnp.asarray(sizes, indices.dtype), indices)
 
 
@@ -298,7 +297,7 @@ def dropping_vectors(plan: GatherPlan, indices: jax.Array) -> jax.Array:
     two bitcasts XLA's cost analysis counts): three ops an index, as jnp's."""
     target = _index_dtype(plan)
     idx, sizes = _saturate(indices, target), axis_sizes(plan, target)
-    idx = jnp.where(idx < 0, idx + sizes, idx)
+    idx = _normalised_unclamped(idx, sizes)
     return idx if plan.tuple_indices else idx[..., None]
 
 
