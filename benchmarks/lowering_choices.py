@@ -73,6 +73,11 @@ OWN_ELEMENTS = bench.Case(
     "gather_elements axis 1, 2**20 bfloat16 elements", "gather_elements", 1, (1 << 20, 1), (1 << 20, 1), True,
     "bfloat16",
 )  # fmt: skip
+# And a GatherND of index pairs that all read one slice (an indexed axis of one entry), whose fill
+# XLA fuses into its broadcast of the slice (rows of 1 at --scale 4, still from one slice).
+ONE_SLICE = bench.Case(
+    "gather_nd, 2188 bfloat16 pairs of one slice of 5", "gather_nd", 0, (1, 1, 5), (2188, 2), True, "bfloat16"
+)
 EXTRA = (
     SHORT_LOOKUP,
     BATCHED_PAIRS,
@@ -85,6 +90,7 @@ EXTRA = (
     FEW_PAIRS,
     FEW_ROWS,
     OWN_ELEMENTS,
+    ONE_SLICE,
 )
 CASES = {c.name: c for c in (*bench.CASES, *EXTRA)}
 
@@ -273,6 +279,9 @@ def choices() -> list[Choice]:
             "fill_pinned_instead_of_rows", FEW_ROWS.name, "default mode", ("fill_pinned_instead_of_rows",)
         ),
         Choice("fill_pinned_for_elements", OWN_ELEMENTS.name, "default mode", ("fill_pinned_for_elements",)),
+        Choice(
+            "one_slice_fill_from_a_table", ONE_SLICE.name, "default mode", ("one_slice_fill_from_a_table",)
+        ),
         *(
             Choice("tuple_mask_by_and", case, "default mode", ("tuple_mask_by_and",))
             for case in ("gather_nd rows", "gather_nd rows bfloat16", "gather_nd rows int8", FEW_PAIRS.name)

@@ -104,6 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "else the grid's 4096)",
     )
     bench.add_argument(
+        "--table",
+        metavar="N",
+        type=int,
+        help="with --grid (not --random): an indexed axis of N entries instead of the grid's 4096 "
+        "(1: every index reads one slice)",
+    )
+    bench.add_argument(
         "--eager",
         action="store_true",
         help="with --grid: eager calls of both (no jax.jit), the checked mode judged on the host",

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from jax_gather import bench, cli
+from jax_gather import _lowering, bench, cli
 from jax_gather.bench import cases, grid, measure, overhead, peers, report, timing
 
 
@@ -370,6 +370,27 @@ def test_random_tables_draw_the_indexed_axis_length_too():
     assert grid.cell_of({"op": "gather axis 0", "dtype": "int8", "width": 2, "count": 3}).table == grid.TABLE
     with pytest.raises(ValueError, match="--tables"):
         grid.run(tables=True)
+
+
+def test_a_grid_of_one_entry_reads_one_slice_in_every_op_and_says_so_in_its_json(tmp_path):
+    # --table 1: every index of every op reads the one slice (GatherElements along the last
+    # axis has no table), the cells named by it.
+    cells = grid.cells(quick=True, table=1)
+    assert len(cells) == len(grid.cells(quick=True)) and all(c.table == 1 and "t=1" in c.name for c in cells)
+    for c in cells:
+        plan, shape = grid._plan(c), grid._shapes(c.op, c.width, c.count, c.table)[0]
+        assert _lowering.one_slice(shape, plan) == (c.op != "gather_elements axis -1" or c.width == 1), c
+    with pytest.raises(ValueError, match="--table"):
+        grid.run(random=2, table=1)
+    with pytest.raises(ValueError, match="--table"):
+        grid.run(table=0)
+    path = tmp_path / "one.json"
+    argv = ["bench", "--grid", "--quick", "--table", "1", "--only", "gather_nd pairs float32 w=16 n=16 "]
+    assert cli.main([*argv, "--rounds", "2", "--no-tune-allocator", "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    assert result["table"] == 1 and [grid.cell_of(r).name for r in result["grid"]] == [
+        "gather_nd pairs float32 w=16 n=16 t=1"
+    ]
 
 
 def test_grid_cells_stay_under_the_memory_cap_and_quick_is_small():

@@ -5,6 +5,7 @@ program. What each rests on is tested in test_cpu_facts.py; what each gains is m
 benchmarks/lowering_choices.py."""
 
 import functools
+import math
 import re
 import warnings
 
@@ -50,6 +51,8 @@ ND_LINEAR, TWO_LOOPS = "batched_nd_by_linear_index", "nd_fill_in_two_loops"
 WRITTEN = "nd_fill_from_written_indices"
 CLAMP, FILL_PIN = "rows_pinned_by_a_clamp", "fill_pinned_instead_of_rows"
 AND = "tuple_mask_by_and"
+ONE_SLICE = "one_slice_fill_from_a_table"
+PINNED_ONE_SLICE = set() if _fill.xla_cpu_keeps_bits(np.dtype(ml_dtypes.bfloat16)) else {ONE_SLICE}
 # Index pairs from which jnp's index loop splits too, where GatherND's fill stays in one (32768).
 N2 = _cpu_split.SPLIT_ANYWAY_BYTES // 16
 E = _cpu_split.SPLIT_ANYWAY_BYTES // 8  # bfloat16 (n, 1): 2 bytes of data, 2 of output, 4 of index
@@ -268,12 +271,34 @@ SELECTIONS = [
     ((E, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((E, 1), (E, 1), 1), {LINEAR, *ELEMENTS}),
     ((E - 1, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((E - 1, 1), (E - 1, 1), 1), {LINEAR}),
     ((1000, 1), ml_dtypes.bfloat16, plans.gather_elements_plan((1000, 1), (1000, 1), 1), {LINEAR}),
-    ((1, 4), ml_dtypes.bfloat16, plans.gather_plan((1, 4), (E,), 0), set()),  # one slice
+    ((1, 4), ml_dtypes.bfloat16, plans.gather_plan((1, 4), (E,), 0), {ONE_SLICE}),  # one slice
     ((256, 256), ml_dtypes.bfloat16, plans.gather_elements_plan((256, 256), (256, 256), 1),
      {LINEAR, *ELEMENTS}),
     ((256, 256), np.float16, plans.gather_elements_plan((256, 256), (256, 256), 1), {LINEAR}),  # not bfloat
     # As many flops as bytes in the generic loop (57344), which the pin's 5 would split.
     ((4096, 4), ml_dtypes.bfloat16, plans.gather_elements_plan((4096, 4), (1024, 4), 0), {LINEAR}),
+    # A fill where every index reads one slice: read from a table of it and the fill, for a row
+    # ending the output of 2-8 elements and up to 16 bytes, or one element from up to 16384 tuples.
+    ((1, 2), np.int8, plans.gather_plan((1, 2), (300,), 0), {ONE_SLICE}),
+    ((1, 8), ml_dtypes.bfloat16, plans.gather_plan((1, 8), (300,), 0), {ONE_SLICE}),
+    ((1, 9), np.int8, plans.gather_plan((1, 9), (300,), 0), set()),  # 9 elements
+    ((1, 4), np.float32, plans.gather_plan((1, 4), (300,), 0), {ONE_SLICE}),
+    ((1, 8), np.float32, plans.gather_plan((1, 8), (300,), 0), set()),  # 32 bytes
+    ((1, 2), np.complex128, plans.gather_plan((1, 2), (300,), 0), set()),  # 32 bytes
+    ((1, 4), jnp.int4, plans.gather_plan((1, 4), (300,), 0), set()),  # sub-byte
+    ((6, 1), ml_dtypes.bfloat16, plans.gather_plan((6, 1), (300,), 1), set()),  # a column
+    ((3, 1, 4), ml_dtypes.bfloat16, plans.gather_plan((3, 1, 4), (3, 300), 1, batch_dims=1), {ONE_SLICE}),
+    ((1, 1, 5), ml_dtypes.bfloat16, plans.gather_nd_plan((1, 1, 5), (2188, 2)), {ONE_SLICE, AND}),
+    ((1, 4), np.float32, plans.gather_nd_plan((1, 4), (300, 1)), {ONE_SLICE}),
+    ((1, 1), np.float32, plans.gather_nd_plan((1, 1), (16384, 2)), {ONE_SLICE, LINEAR}),
+    ((1, 1), np.float32, plans.gather_nd_plan((1, 1), (16385, 2)), {LINEAR, *SPLIT}),
+    ((1, 1), np.float32, plans.gather_plan((1, 1), (4096,), 0), set()),  # single indices
+    # Rows of any length whose select is pinned (bfloat16 where XLA:CPU moves it through float32),
+    # below 2**18 output elements.
+    ((1, 64), ml_dtypes.bfloat16, plans.gather_plan((1, 64), (4095,), 0), PINNED_ONE_SLICE),
+    ((1, 64), ml_dtypes.bfloat16, plans.gather_plan((1, 64), (4096,), 0), set()),
+    ((1, 64), np.float16, plans.gather_plan((1, 64), (4095,), 0), set()),  # kept bit for bit
+    ((1, 3), np.float32, plans.gather_elements_plan((1, 3), (50, 3), 0), set()),
 ]
 # fmt: on
 
@@ -633,10 +658,12 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
               lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
         PINNED_ELEMENTS: ((E, 1), make_wild_indices((E, 1), 1, np.int32, 17),  # 512 KiB of its loop
                           lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill")),
+        ONE_SLICE: ((1, 1, 5), make_wild_indices((2188, 2), (1, 1), np.int32, 18),
+                    lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
     }[name]  # fmt: skip
     dtype = np.float16 if name in (COLUMNS, COLUMN_PAD, TWO_LOOPS) else np.float32  # 1-2 bytes
     dtype = (
-        ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP, FILL_PIN, PINNED_ELEMENTS) else dtype
+        ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP, FILL_PIN, PINNED_ELEMENTS, ONE_SLICE) else dtype
     )  # a narrow float: no pad
     dtype = ml_dtypes.float8_e5m2 if name == WRITTEN else dtype  # converted on the way
     data = rng.standard_normal(data).astype(dtype)
@@ -779,10 +806,13 @@ CHANGED_BY_FLOAT32 = np.array([0x7F81, 0xFF81, 0x0001, 0x8001, 0x7FA5, 0x3F80], 
 @pytest.mark.parametrize(
     "name, shape, index_shape, first",
     [
-        (COLUMN_DIRECT, (16, 1), (700,), 0),
-        (COLUMN_DIRECT, (64, 1), (500,), 0),
+        (None, (16, 1), (700,), 0),  # one column: no column lowering, XLA's broadcast
+        (None, (64, 1), (500,), 0),
         (TWO_LOOPS, (1, 1), (3000, 2), 0),  # a signalling NaN
         (TWO_LOOPS, (1, 1), (3000, 2), 3),  # a subnormal
+        (ONE_SLICE, (1, 1), (3000, 2), 0),
+        (ONE_SLICE, (1, 1), (3000, 2), 3),
+        (ONE_SLICE, (1, 6), (700,), 0),  # every pattern in each row
     ],
 )
 def test_a_fill_from_written_slots_keeps_the_bits_of_bfloat16_read_from_one_slice(
@@ -790,20 +820,102 @@ def test_a_fill_from_written_slots_keeps_the_bits_of_bfloat16_read_from_one_slic
 ):
     # Every index reads the one slice (XLA's broadcast), so the select pins its bits: by zeros
     # made of the indices as given. Made of the slots (0 or 1 there), XLA and LLVM fold them and
-    # signalling NaNs and subnormals came back quieted and flushed.
+    # signalling NaNs and subnormals came back quieted and flushed. The table of the slice and
+    # the fill (ONE_SLICE) gathers them as integers; the others are tested without it.
     data = np.resize(np.roll(CHANGED_BY_FLOAT32, -first), shape).view(BF16)
     nd = len(index_shape) > 1
     indices = np.random.default_rng(index_shape[0]).integers(-2, 2, index_shape).astype(np.int32)  # half in
-    plan = plans.gather_nd_plan(shape, index_shape) if nd else plans.gather_plan(shape, index_shape, 1)
-    assert (name in _cpu.lowering(plan, shape, BF16).names) == ON
-    fill = np.asarray(np.nan, BF16)
-    if nd:
-        out = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, mode="fill"))(data, indices)
-        expected = reference.gather_nd(data, indices, mode="fill", fill=fill)
-    else:
-        out = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode="fill"))(data, indices)
-        expected = reference.gather(data, indices, 1, mode="fill", fill=fill)
+    axis = 0 if shape[0] == 1 else 1
+    plan = plans.gather_nd_plan(shape, index_shape) if nd else plans.gather_plan(shape, index_shape, axis)
+    with _cpu.without(*({ONE_SLICE} - {name})):
+        names = _cpu.lowering(plan, shape, BF16).names
+        assert (name in names) == ON if name else not names & {COLUMNS, COLUMN_DIRECT, ONE_SLICE}
+        fill = np.asarray(np.nan, BF16)
+        if nd:
+            out = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, mode="fill"))(data, indices)
+            expected = reference.gather_nd(data, indices, mode="fill", fill=fill)
+        else:
+            out = jax.jit(lambda d, i: jax_gather.gather(d, i, axis, mode="fill"))(data, indices)
+            expected = reference.gather(data, indices, axis, mode="fill", fill=fill)
     _assert_same_bits(out, expected)
+
+
+INDEX_TYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+               jnp.int4, jnp.uint4, ml_dtypes.int2, ml_dtypes.uint2]  # fmt: skip
+
+
+@pytest.mark.parametrize("index_type", INDEX_TYPES, ids=lambda t: np.dtype(t).name)
+def test_the_flag_of_an_axis_of_one_entry_is_numpys_for_every_index_type(index_type):
+    # In bounds of an axis of one entry are 0 and -1: i + 1 wraps the largest signed index to
+    # the smallest, and the or of a tuple's components is at most 1 exactly where each is.
+    info = jnp.iinfo(index_type)
+    with enable_x64(np.dtype(index_type).itemsize == 8):
+        values = sorted({int(info.min), int(info.min) + 1, -2, -1, 0, 1, 2, int(info.max) - 1, int(info.max)})
+        values = [v for v in values if info.min <= v <= info.max]
+        pairs = np.array([(a, b) for a in values for b in values], dtype=object)
+        expected = ~np.isin(pairs, [-1, 0]).all(-1)
+        typed = lambda x: jnp.asarray(
+            np.asarray(x, np.int64 if info.min < 0 else np.uint64).astype(index_type)
+        )
+        plan = plans.gather_nd_plan((1, 1, 3), pairs.shape)
+        np.testing.assert_array_equal(np.asarray(_cpu_fills.past_one_entry(typed(pairs), plan)), expected)
+        single = plans.gather_plan((1, 3), (len(values),), 0)
+        flags = np.asarray(_cpu_fills.past_one_entry(typed(values), single))
+        np.testing.assert_array_equal(flags, ~np.isin(np.array(values, dtype=object), [-1, 0]))
+
+
+ONE_SLICE_CASES = {  # op, data shape, index shape (every index reads one slice)
+    "gather rows of 2": ("gather", (1, 2), (700,)),
+    "gather rows of 8": ("gather", (1, 8), (300,)),
+    "batch_dims=1": ("gather batch_dims=1", (3, 1, 4), (3, 200)),
+    "GatherND pairs of 5": ("gather_nd", (1, 1, 5), (2188, 2)),
+    "GatherND pairs of one element": ("gather_nd", (1, 1), (3000, 2)),
+    "GatherND rows after batch dims": ("gather_nd batch_dims=1", (4, 1, 3), (4, 50, 1)),
+}
+_ONE_SLICE_OPS = {
+    "gather": lambda d, i, m: jax_gather.gather(d, i, 0, mode=m),
+    "gather batch_dims=1": lambda d, i, m: jax_gather.gather(d, i, 1, mode=m, batch_dims=1),
+    "gather_nd": lambda d, i, m: jax_gather.gather_nd(d, i, mode=m),
+    "gather_nd batch_dims=1": lambda d, i, m: jax_gather.gather_nd(d, i, 1, mode=m),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.bool_, np.float16, ml_dtypes.float8_e4m3fn, np.float32],
+                         ids=lambda d: np.dtype(d).name)  # fmt: skip
+@pytest.mark.parametrize("case", list(ONE_SLICE_CASES))
+def test_a_fill_of_one_slice_read_from_a_table_is_numpys_and_differentiates_as_jnps(case, dtype):
+    op, shape, index_shape = ONE_SLICE_CASES[case]
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(len(case))
+    data = random_bits(rng, dtype, shape) if dtype != np.bool_ else rng.integers(0, 2, shape).astype(bool)
+    indices = rng.integers(-3, 3, index_shape).astype(np.int32)  # a third in bounds (-1 and 0)
+    batch_dims = 1 if "batch_dims" in op else 0
+    plan = (
+        plans.gather_nd_plan(shape, index_shape, batch_dims)
+        if op.startswith("gather_nd")
+        else plans.gather_plan(shape, index_shape, batch_dims, batch_dims=batch_dims)
+    )
+    fits = dtype.itemsize * math.prod(plan.slice_sizes) <= 16
+    assert (ONE_SLICE in _cpu.lowering(plan, shape, dtype).names) == (ON and fits)
+    call = _ONE_SLICE_OPS[op]
+    out = jax.jit(lambda d, i: call(d, i, "fill"))(data, indices)
+    with _cpu.without(ONE_SLICE):
+        by_select = jax.jit(lambda d, i: call(d, i, "fill"))(data, indices)
+    fill = np.asarray(_fill.default_fill_value(dtype)).astype(dtype)
+    if op.startswith("gather_nd"):
+        expected = reference.gather_nd(data, indices, batch_dims, mode="fill", fill=fill)
+    else:
+        expected = reference.gather(data, indices, batch_dims, batch_dims=batch_dims, mode="fill", fill=fill)
+    _assert_same_bits(out, expected)
+    _assert_same_bits(by_select, expected)
+    if dtype == np.float32:  # each in-bounds read adds one to its element of data's gradient
+        grad = jax.jit(jax.grad(lambda d, i: call(d, i, "fill").sum()))(data, indices)
+        with _cpu.without(ONE_SLICE):
+            by_select = jax.jit(jax.grad(lambda d, i: call(d, i, "fill").sum()))(data, indices)
+        np.testing.assert_array_equal(np.asarray(grad), np.asarray(by_select))
+        assert np.asarray(grad).sum() == np.isin(indices, [-1, 0]).all(
+            -1 if plan.tuple_indices else ()
+        ).sum() * (math.prod(plan.slice_sizes))
 
 
 @pytest.mark.parametrize("rows", [8, 16])
@@ -1212,7 +1324,9 @@ def test_a_fill_from_written_indices_gives_numpys_bits(dtype, written_indices_on
             data = _codes(rng, dtype, shape)
             indices = make_wild_indices(index_shape, shape[:2], i_dtype, shape[0])
             plan = plans.gather_nd_plan(shape, index_shape)
-            assert WRITTEN in _cpu.lowering(plan, shape, dtype).names
+            # The table of one row (of whole bytes, up to 16) is read from a table with the fill.
+            table = shape[:2] == (1, 1) and _fill.element_bits(dtype) >= 8 and shape[2] * dtype.itemsize <= 16
+            assert (ONE_SLICE if table else WRITTEN) in _cpu.lowering(plan, shape, dtype).names
             fill = data.reshape(-1)[:1].reshape(())  # a value of the type
             for fill_value, traced in [(None, False), (fill, False), (fill, True)]:
                 call = lambda d, i, f: jax_gather.gather_nd(d, i, mode="fill", fill_value=f)

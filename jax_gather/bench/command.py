@@ -100,7 +100,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         return 0
     random, seed, eager = getattr(args, "random", 0), getattr(args, "seed", 0), getattr(args, "eager", False)
     backward, tables = getattr(args, "backward", False), getattr(args, "tables", False)
-    numpy = getattr(args, "numpy", False)
+    numpy, table = getattr(args, "numpy", False), getattr(args, "table", None)
     rows = grid.run(
         quick=args.quick,
         rounds=args.rounds,
@@ -112,12 +112,14 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         backward=backward,
         tables=tables,
         numpy=numpy,
+        table=table,
     )
     print(grid.format_summary(rows))
     if args.json:
         result = {"machine": machine, "allocator_tuned": args.tune_allocator, "sync_dispatch": sync}
         result |= {"random": {"cells": random, "seed": seed, "tables": tables}} if random else {}
         result |= {"eager": eager, "backward": backward, "numpy": numpy}
+        result |= {"table": table} if table is not None else {}
         with open(args.json, "w") as f:
             json.dump(result | {"grid": rows}, f, indent=1)
     if args.plot:

@@ -140,10 +140,13 @@ def _plan(cell: Cell) -> Any:
 BACKWARD_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def cells(quick: bool = False, only: str | None = None, backward: bool = False) -> list[Cell]:
+def cells(
+    quick: bool = False, only: str | None = None, backward: bool = False, table: int = TABLE
+) -> list[Cell]:
+    """The grid's cells (``quick``: the smaller grid), of an indexed axis of ``table`` entries."""
     widths, counts, dtypes = (QUICK_WIDTHS, QUICK_COUNTS, QUICK_DTYPES) if quick else (WIDTHS, COUNTS, DTYPES)
     kept = [dt for dt in dtypes if dt in BACKWARD_DTYPES or not backward]
-    grid = [Cell(op, dt, w, n) for op in OPS for dt in kept for w in widths for n in counts]
+    grid = [Cell(op, dt, w, n, table) for op in OPS for dt in kept for w in widths for n in counts]
     return [c for c in grid if fits(c) and (only is None or only in c.name)]
 
 
@@ -302,17 +305,27 @@ def run(
     backward: bool = False,
     tables: bool = False,
     numpy: bool = False,
+    table: int | None = None,
 ) -> list[dict[str, Any]]:
     """Times the grid's cells (``quick``: the smaller grid; ``random``: that many random_cells,
     of random table lengths where ``tables``; ``eager``: as eager calls, of NumPy inputs where
-    ``numpy``; ``backward``: their gradients)."""
+    ``numpy``; ``backward``: their gradients; ``table``: the grid's cells of an indexed axis of
+    that many entries)."""
     if eager and backward:
         raise ValueError("bench --grid: --eager and --backward do not combine (gradients are timed jitted)")
     if numpy and not eager:
         raise ValueError("bench --grid: --numpy times eager calls of NumPy inputs; give --eager")
     if tables and not random:
         raise ValueError("bench --grid: --tables draws table lengths for --random cells; give --random N")
-    todo = random_cells(random, seed, only, backward, tables) if random else cells(quick, only, backward)
+    if table is not None and (random or table < 1):
+        raise ValueError(
+            f"bench --grid: --table N (N >= 1) sets the grid's axis, not --random's; got {table}"
+        )
+    todo = (
+        random_cells(random, seed, only, backward, tables)
+        if random
+        else cells(quick, only, backward, table or TABLE)
+    )
     rows = []
     for k, cell in enumerate(todo):
         progress(k, len(todo), cell.name)
