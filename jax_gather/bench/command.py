@@ -112,7 +112,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         backward=backward,
         tables=tables,
         numpy=numpy,
-        table=table,
+        table=grid.TABLE if table is None else table,
     )
     print(grid.format_summary(rows))
     if args.json:

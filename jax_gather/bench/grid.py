@@ -11,8 +11,8 @@ the A/A band's upper end, and at least :data:`SLOWER` above 1.
 
 Row width is the number of elements each index takes (a row of the table, a column for Gather
 along axis 1); index count the number of index components' tuples (ids, elements, or GatherND
-tuples). The indexed axis has :data:`TABLE` entries unless an op says otherwise, or a cell says
-another length (``--random --tables``).
+tuples). The indexed axis has :data:`TABLE` entries unless an op says otherwise, or the grid
+another (``--table N``), or a cell (``--random --tables``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ COUNTS = (1, 16, 128, 129, 256, 512, 1024, 4096, 8192, 65536, 1 << 20)
 DTYPES = ("float32", "bfloat16", "int8", "int4")
 MODES = ("checked", "promise_in_bounds")
 QUICK_WIDTHS, QUICK_COUNTS, QUICK_DTYPES = (1, 16, 64, 1024), (16, 129, 1024, 8192), ("float32", "int8")
-# Cells whose output or data would pass this many bytes are left out (the machine's memory, and
-# a grid that ends in an hour).
+# Cells whose output or data would pass this many bytes are left out (memory; a grid of an hour).
 MAX_BYTES = 128 << 20
 # No onnxruntime in the grid, whose threads spin after a run: a short settle suffices.
 SETTLE_S = 0.003
@@ -143,7 +142,6 @@ BACKWARD_DTYPES = ("float32", "bfloat16", "float16")
 def cells(
     quick: bool = False, only: str | None = None, backward: bool = False, table: int = TABLE
 ) -> list[Cell]:
-    """The grid's cells (``quick``: the smaller grid), of an indexed axis of ``table`` entries."""
     widths, counts, dtypes = (QUICK_WIDTHS, QUICK_COUNTS, QUICK_DTYPES) if quick else (WIDTHS, COUNTS, DTYPES)
     kept = [dt for dt in dtypes if dt in BACKWARD_DTYPES or not backward]
     grid = [Cell(op, dt, w, n, table) for op in OPS for dt in kept for w in widths for n in counts]
@@ -305,27 +303,21 @@ def run(
     backward: bool = False,
     tables: bool = False,
     numpy: bool = False,
-    table: int | None = None,
+    table: int = TABLE,
 ) -> list[dict[str, Any]]:
-    """Times the grid's cells (``quick``: the smaller grid; ``random``: that many random_cells,
-    of random table lengths where ``tables``; ``eager``: as eager calls, of NumPy inputs where
-    ``numpy``; ``backward``: their gradients; ``table``: the grid's cells of an indexed axis of
-    that many entries)."""
+    """Times the grid's cells (``quick``: the smaller grid; of an axis of ``table`` entries) or
+    ``random`` random_cells (of random table lengths where ``tables``); ``eager``: as eager calls,
+    of NumPy inputs where ``numpy``; ``backward``: their gradients."""
     if eager and backward:
         raise ValueError("bench --grid: --eager and --backward do not combine (gradients are timed jitted)")
     if numpy and not eager:
         raise ValueError("bench --grid: --numpy times eager calls of NumPy inputs; give --eager")
-    if tables and not random:
-        raise ValueError("bench --grid: --tables draws table lengths for --random cells; give --random N")
-    if table is not None and (random or table < 1):
-        raise ValueError(
-            f"bench --grid: --table N (N >= 1) sets the grid's axis, not --random's; got {table}"
-        )
-    todo = (
-        random_cells(random, seed, only, backward, tables)
-        if random
-        else cells(quick, only, backward, table or TABLE)
-    )
+    if (tables and not random) or (random and table != TABLE) or table < 1:
+        raise ValueError(f"bench --grid: --tables needs --random, --table N (N >= 1) does not: {table}")
+    if random:
+        todo = random_cells(random, seed, only, backward, tables)
+    else:
+        todo = cells(quick, only, backward, table)
     rows = []
     for k, cell in enumerate(todo):
         progress(k, len(todo), cell.name)
