@@ -288,7 +288,6 @@ SELECTIONS = [
     ((1, 4), jnp.int4, plans.gather_plan((1, 4), (300,), 0), set()),  # sub-byte
     ((6, 1), ml_dtypes.bfloat16, plans.gather_plan((6, 1), (300,), 1), set()),  # a column
     ((3, 1, 4), ml_dtypes.bfloat16, plans.gather_plan((3, 1, 4), (3, 300), 1, batch_dims=1), {ONE_SLICE}),
-    ((1, 1, 5), ml_dtypes.bfloat16, plans.gather_nd_plan((1, 1, 5), (2188, 2)), {ONE_SLICE, AND}),
     ((1, 4), np.float32, plans.gather_nd_plan((1, 4), (300, 1)), {ONE_SLICE}),
     ((1, 1), np.float32, plans.gather_nd_plan((1, 1), (16384, 2)), {ONE_SLICE, LINEAR}),
     ((1, 1), np.float32, plans.gather_nd_plan((1, 1), (16385, 2)), {LINEAR, *SPLIT}),
