@@ -34,6 +34,7 @@ from jax_gather._lowering import (
     gather_or_fill,
     one_slice,
     own_elements,
+    per_index,
     select_fill,
 )
 from jax_gather._traced_bounds import axis_sizes, in_bounds_mask, written_indices
@@ -62,10 +63,11 @@ def read_fill_from_pad(
     return direct(padded(data, fill, plan), slots, plan)
 
 
-def padded(data: jax.Array, fill: jax.Array, plan: GatherPlan) -> jax.Array:
-    """Data with one ``fill`` past the end of each indexed axis."""
+def padded(data: jax.Array, fill: jax.Array, plan: GatherPlan, first_only: bool = False) -> jax.Array:
+    """Data with one ``fill`` past the end of each indexed axis (``first_only``: of the first)."""
     padding = [(0, 0, 0)] * data.ndim
-    for axis in plan.dimension_numbers.start_index_map:
+    axes = plan.dimension_numbers.start_index_map
+    for axis in axes[:1] if first_only else axes:
         padding[axis] = (0, 1, 0)
     return lax.pad(data, fill, padding)
 
@@ -224,12 +226,10 @@ def fill_from_one_slice(
     first = dn.start_index_map[0]
     bits = _whole_bytes(data.dtype)
     table, fill = (data, fill) if bits is None else (lax.bitcast_convert_type(x, bits) for x in (data, fill))
-    padding = [(0, 0, 0)] * data.ndim
-    padding[first] = (0, 1, 0)
     entry = past_one_entry(indices, plan)[..., None]
     one_axis = dn._replace(start_index_map=(first,))
     out = lax.gather(
-        lax.pad(table, fill, padding),
+        padded(table, fill, plan, first_only=True),
         entry,
         one_axis,
         plan.slice_sizes,
@@ -242,7 +242,7 @@ def fill_from_one_slice(
         # integers between bitcasts (a slice of one element came back quieted): pinned by zeros
         # made of one index for all (_fill_pin.one_pin: one device), which LLVM computes once;
         # zeros made of each index, computed for every element, took the loop into tasks.
-        zeros = opaque_zeros(one_pin(indices[..., 0] if plan.tuple_indices else indices))
+        zeros = opaque_zeros(one_pin(per_index(indices, plan)))
         batch = tuple(d for d in range(len(plan.output_shape)) if d not in dn.offset_dims)
         out = pinned_bits(out, lax.broadcast_in_dim(zeros, plan.output_shape, batch))
     return lax.bitcast_convert_type(out, data.dtype)
