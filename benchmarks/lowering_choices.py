@@ -78,6 +78,11 @@ OWN_ELEMENTS = bench.Case(
 ONE_SLICE = bench.Case(
     "gather_nd, 2188 bfloat16 pairs of one slice of 5", "gather_nd", 0, (1, 1, 5), (2188, 2), True, "bfloat16"
 )
+# And a Gather along axis 1 of a one-column bfloat16 table (the slice across the output), whose
+# pinned select XLA:CPU would split into a task per core.
+ONE_COLUMN = bench.Case(
+    "gather axis 1, 256 ids of a bfloat16 column of 32 rows", "gather", 1, (32, 1), (256,), True, "bfloat16"
+)
 EXTRA = (
     SHORT_LOOKUP,
     BATCHED_PAIRS,
@@ -91,6 +96,7 @@ EXTRA = (
     FEW_ROWS,
     OWN_ELEMENTS,
     ONE_SLICE,
+    ONE_COLUMN,
 )
 CASES = {c.name: c for c in (*bench.CASES, *EXTRA)}
 
@@ -281,6 +287,12 @@ def choices() -> list[Choice]:
         Choice("fill_pinned_for_elements", OWN_ELEMENTS.name, "default mode", ("fill_pinned_for_elements",)),
         Choice(
             "one_slice_fill_from_a_table", ONE_SLICE.name, "default mode", ("one_slice_fill_from_a_table",)
+        ),
+        Choice(
+            "one_slice_fill_of_pinned_bits",
+            ONE_COLUMN.name,
+            "default mode",
+            ("one_slice_fill_of_pinned_bits",),
         ),
         *(
             Choice("tuple_mask_by_and", case, "default mode", ("tuple_mask_by_and",))

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_gather import _cpu_linear as linear, _cpu_off_axis as off_axis
+from jax_gather import _cpu_linear as linear, _cpu_off_axis as off_axis, _cpu_one_slice as one_entry
 from jax_gather._arguments import Mode
 from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
 from jax_gather._cpu_columns import columns_by_written_indices, reads_columns, xla_widens_column_indices
@@ -47,8 +47,6 @@ from jax_gather._cpu_fills import (
     element_pin,
     fill_after_written_indices,
     fill_after_written_slots,
-    fill_from_one_slice,
-    one_slice_table_pays,
     pinned_rows,
     read_fill_from_pad,
     select_pin,
@@ -413,7 +411,13 @@ ROWS = (
         _linear_derivative,
         lambda s: functools.partial(linear.by_linear_index, dtype=_linear(s)),
     ),
-    Row("one_slice_fill_from_a_table", "fill", one_slice_table_pays, lambda s: fill_from_one_slice),
+    Row("one_slice_fill_from_a_table", "fill", one_entry.table_pays, lambda s: one_entry.fill_from_one_slice),
+    Row(
+        "one_slice_fill_of_pinned_bits",
+        "fill",
+        one_entry.pinned_slice_pays,
+        lambda s: one_entry.fill_of_pinned_slice,
+    ),
     Row("batched_nd_fill_from_pad", "fill", _batched_nd_elements, lambda s: read_fill_from_pad),
     Row("short_lookup_fill_from_pad", "fill", _short_lookup, lambda s: read_fill_from_pad),
     Row("column_fill_from_pad", "fill", _column_fill_pays, lambda s: column_fill_from_pad),

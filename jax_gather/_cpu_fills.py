@@ -15,17 +15,15 @@ from jax import lax
 
 from jax_gather._cpu_client import INLINE_FLOPS, kernel_ir_holds, kernels, lowered_for_cpu
 from jax_gather._cpu_columns import columns_by_written_indices
-from jax_gather._cpu_site import Site
 from jax_gather._cpu_split import SPLIT_ANYWAY_BYTES
 from jax_gather._fill import (
     PinFn,
     clamped_bits,
     element_bits,
-    opaque_zeros,
     pinned_bits,
     xla_cpu_keeps_bits,
 )
-from jax_gather._fill_pin import one_pin, opaque_fill, pins_the_fill
+from jax_gather._fill_pin import opaque_fill, pins_the_fill
 from jax_gather._lowering import (
     GENERIC,
     FillFn,
@@ -34,7 +32,6 @@ from jax_gather._lowering import (
     gather_or_fill,
     one_slice,
     own_elements,
-    per_index,
     select_fill,
 )
 from jax_gather._traced_bounds import axis_sizes, in_bounds_mask, written_indices
@@ -159,119 +156,6 @@ def fill_after_written_indices(
     slices in three loops, as ``jnp``'s, whose gather's loop counts no index arithmetic."""
     idx, ok = written_indices(plan, indices)
     return select_fill(data, idx, ok, fill, indices, plan, low.pin_only())
-
-
-# ---- "fill" of one slice: a table of the slice and the fill ---------------------------------------
-# Fact: where every index reads the same slice (each indexed axis of one entry: one_slice), XLA
-# makes the gather a broadcast of it and fuses the select of "fill" into that loop, which then
-# computes each index's in-bounds flag, and its pin, again for every element of the slice (jnp's
-# too, but for index tuples, whose flag is a reduction in a loop of its own): bfloat16 GatherND
-# pairs of rows of 5 by 2188 took 2.0-2.6x jnp's "fill", Gather of bfloat16 rows of 2-8 by
-# 1024-262144 ids 0.5-1.0x and as slow as jnp's, and GatherND pairs of one element by 4096 its
-# loop split into tasks (2.3-2.7x). Padded with the fill on its first indexed axis, data is a
-# table of two entries, the slice and the fill, that each index reads at its flag: no select (a
-# floating type read as integers of its width, bfloat16 pinned by one run-time zero for all) and 4
-# flops an index pair. There it took 0.12-0.9 of the select's time (AMD EPYC, JAX 0.10.2, 11-15
-# paired rounds); rows of 16 elements or 32 bytes, one element from 32768 float32 tuples,
-# 1.1-6.8x at 65536-262144 ids.
-ONE_SLICE_MAX_ELEMENTS, ONE_SLICE_MAX_BYTES, ONE_SLICE_TUPLES = 8, 16, 16384
-# Rows of any length whose select is pinned (bfloat16), below this many output elements: the pin,
-# counted on every element, took the select's loop past XLA:CPU's count for a task per core where
-# jnp's stays whole (bfloat16 rows of 16-4096 by 16-1024 ids: 1.7-8x jnp's "fill", the table
-# 0.10-1.0 of the select's time); from 262144 elements the select's other pins were level or the
-# faster (the table 1.0-2.7x).
-ONE_SLICE_PINNED_OUTPUT = 1 << 18
-
-
-def one_slice_table_pays(site: Site) -> bool:
-    """A fill where every index reads the same slice (fill_from_one_slice):
-    a row ending the output of 2 to ONE_SLICE_MAX_ELEMENTS elements and ONE_SLICE_MAX_BYTES (of
-    any length where the select would be pinned, below ONE_SLICE_PINNED_OUTPUT elements), or one
-    element from up to ONE_SLICE_TUPLES index tuples. Longer rows, more tuples of single elements,
-    single indices of one element and a Gather's column (along axis 1) keep XLA's select, which
-    vectorises there (the table took up to 6.8x its time); not sub-byte types, converted to bytes
-    on the way (level or slower); measured on one device."""
-    if site.index_flops is not None or not one_slice(site.shape, site.plan) or not site.one_device:
-        return False
-    if own_elements(site.shape, site.plan) or element_bits(site.dtype) < 8:
-        return False
-    dn, rank = site.plan.dimension_numbers, len(site.plan.output_shape)
-    if dn.offset_dims != tuple(range(rank - len(dn.offset_dims), rank)):
-        return False  # a slice across the output (a column of Gather along axis 1): XLA's select
-    elements, k = math.prod(site.plan.slice_sizes), len(dn.start_index_map)
-    if elements == 1:
-        return k > 1 and site.components <= ONE_SLICE_TUPLES * k
-    short = (
-        elements <= ONE_SLICE_MAX_ELEMENTS and elements * element_bits(site.dtype) <= 8 * ONE_SLICE_MAX_BYTES
-    )
-    few = math.prod(site.plan.output_shape) < ONE_SLICE_PINNED_OUTPUT
-    return short or (few and not xla_cpu_keeps_bits(site.dtype))
-
-
-def fill_from_one_slice(
-    data: jax.Array,
-    slots: jax.Array,
-    fill: jax.Array,
-    indices: jax.Array,
-    plan: GatherPlan,
-    low: Lowering = GENERIC,
-) -> jax.Array:
-    """The fill of one slice: data padded with ``fill`` on its first indexed axis, read there at
-    :func:`past_one_entry` of the indices. Indices that are constants of the trace take the
-    select from ``slots`` (its pin made of data): XLA folds the table's gather at them, and
-    bfloat16 subnormals came back flushed."""
-    if low.pins_from_data:
-        return fill_after_written_slots(data, slots, fill, indices, plan, low)
-    dn = plan.dimension_numbers
-    first = dn.start_index_map[0]
-    bits = _whole_bytes(data.dtype)
-    table, fill = (data, fill) if bits is None else (lax.bitcast_convert_type(x, bits) for x in (data, fill))
-    entry = past_one_entry(indices, plan)[..., None]
-    one_axis = dn._replace(start_index_map=(first,))
-    out = lax.gather(
-        padded(table, fill, plan, first_only=True),
-        entry,
-        one_axis,
-        plan.slice_sizes,
-        mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-    )
-    if bits is None:
-        return out
-    if not xla_cpu_keeps_bits(np.dtype(data.dtype)):
-        # Moved one at a time, XLA:CPU's elements of bfloat16 go through float32, even as
-        # integers between bitcasts (a slice of one element came back quieted): pinned by zeros
-        # made of one index for all (_fill_pin.one_pin: one device), which LLVM computes once;
-        # zeros made of each index, computed for every element, took the loop into tasks.
-        zeros = opaque_zeros(one_pin(per_index(indices, plan)))
-        batch = tuple(d for d in range(len(plan.output_shape)) if d not in dn.offset_dims)
-        out = pinned_bits(out, lax.broadcast_in_dim(zeros, plan.output_shape, batch))
-    return lax.bitcast_convert_type(out, data.dtype)
-
-
-def past_one_entry(indices: jax.Array, plan: GatherPlan) -> jax.Array:
-    """1 (int32) where an index, or a component of an index tuple, is out of bounds of an axis of
-    one entry, else 0: in bounds are 0 and, of a signed type, -1, which ``i + 1`` maps to 1 and
-    0 (``i + 1`` wraps the largest index to the smallest: out). An or of the components is at
-    most 1 exactly where each is: 4 flops an index pair, where its slots count 11, which took
-    the loop of 2188 int8 pairs past XLA:CPU's count for a task per core (_cpu_split)."""
-    unsigned = jnp.issubdtype(indices.dtype, jnp.unsignedinteger)
-    if not unsigned:
-        if jnp.iinfo(indices.dtype).bits < 8:
-            indices = indices.astype(jnp.int8)  # exact; no unsigned sub-byte view needed
-        indices = lax.bitcast_convert_type(indices + 1, np.dtype(f"uint{8 * indices.dtype.itemsize}"))
-    combined = indices[..., 0] if plan.tuple_indices else indices
-    for c in range(1, indices.shape[-1] if plan.tuple_indices else 1):
-        combined = combined | indices[..., c]
-    return (combined > (0 if unsigned else 1)).astype(jnp.int32)
-
-
-def _whole_bytes(dtype: Any) -> Any:
-    """The unsigned integer type of a floating type of whole bytes, which XLA:CPU may gather
-    through a wider type (bfloat16 as float32, the float8 types as float16); None for others."""
-    dtype = np.dtype(dtype)
-    if not jnp.issubdtype(dtype, jnp.floating) or element_bits(dtype) != 8 * dtype.itemsize:
-        return None
-    return np.dtype(f"uint{8 * dtype.itemsize}")
 
 
 # ---- the in-bounds flag of an index tuple ----------------------------------------------------------

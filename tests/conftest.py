@@ -4,7 +4,7 @@ import jax
 import pytest
 from hypothesis import settings
 
-from jax_gather import _cpu, _cpu_fills, _cpu_split, _fill_pin
+from jax_gather import _cpu, _cpu_fills, _cpu_one_slice, _cpu_split, _fill_pin
 
 # JAX_GATHER_EXAMPLES=400 pytest draws ten times as many cases as the default run; pytest -m core
 # (the fast tier) a quarter as many, unless JAX_GATHER_EXAMPLES says how many.
@@ -97,6 +97,19 @@ def element_pin_on_any_cpu(monkeypatch):
     LLVM's bfloat vectors and the pinned fill's is not (x86-64 with AVX2 or AVX-512;
     tests/test_cpu_facts.py): for its rule and what it computes."""
     yield from _facts_held(monkeypatch, "xla_selects_bfloat_vectors_unless_pinned")
+
+
+@pytest.fixture
+def pinned_column_on_any_jax(monkeypatch):
+    """one_slice_fill_of_pinned_bits chosen as where XLA:CPU moves bfloat16 through float32 (the
+    select pinned: JAX 0.10, tests/test_cpu_facts.py): for its rule and what it computes."""
+    monkeypatch.setattr(_cpu_one_slice, "xla_cpu_keeps_bits", lambda dtype: False)
+    _cpu._choose.cache_clear()
+    jax.clear_caches()
+    yield
+    monkeypatch.undo()
+    _cpu._choose.cache_clear()
+    jax.clear_caches()
 
 
 @pytest.fixture

@@ -1090,6 +1090,30 @@ def test_xla_fuses_the_flag_of_each_index_into_the_broadcast_of_one_slice(dtype)
     assert not any(" gather(" in b for b in loops), loops
 
 
+# ---- one_slice_fill_of_pinned_bits ---------------------------------------------------------------
+
+
+@needs_cpu_lowerings
+def test_xla_counts_a_pin_of_each_element_of_a_column_past_its_count_for_a_task_per_core():
+    # Why a column of one slice is selected pinned once: where XLA:CPU moves bfloat16 through
+    # float32 (the select pinned), the pin of each element it selects takes the loop past the
+    # count at which XLA:CPU splits it into a task per core, where jnp's "fill" stays whole; the
+    # slice and the fill pinned once stay whole too. Where the type's bits are kept, no pin.
+    data, ids = np.zeros((32, 1), BF16), np.zeros(256, np.int32)
+
+    def splits(fn):
+        cost = jax.jit(fn).lower(data, ids).compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        return _cpu_split.loop_splits(cost["flops"], cost["bytes accessed"])
+
+    fill = lambda d, i: jax_gather.gather(d, i, 1, mode="fill")
+    pinned = not _fill.xla_cpu_keeps_bits(np.dtype(BF16))
+    assert not splits(lambda d, i: jnp.take(d, i, axis=1, mode="fill"))
+    with _cpu.without("one_slice_fill_of_pinned_bits"):
+        assert splits(fill) == pinned
+    assert not splits(fill)
+
+
 # ---- linear_derivative ---------------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from jax_gather import (
     _cpu_fills,
     _cpu_linear,
     _cpu_off_axis,
+    _cpu_one_slice,
     _cpu_rows,
     _cpu_split,
     _fill,
@@ -52,7 +53,9 @@ WRITTEN = "nd_fill_from_written_indices"
 CLAMP, FILL_PIN = "rows_pinned_by_a_clamp", "fill_pinned_instead_of_rows"
 AND = "tuple_mask_by_and"
 ONE_SLICE = "one_slice_fill_from_a_table"
+PINNED_COLUMN = "one_slice_fill_of_pinned_bits"
 PINNED_ONE_SLICE = set() if _fill.xla_cpu_keeps_bits(np.dtype(ml_dtypes.bfloat16)) else {ONE_SLICE}
+PINNED_ONE_COLUMN = set() if _fill.xla_cpu_keeps_bits(np.dtype(ml_dtypes.bfloat16)) else {PINNED_COLUMN}
 # Index pairs from which jnp's index loop splits too, where GatherND's fill stays in one (32768).
 N2 = _cpu_split.SPLIT_ANYWAY_BYTES // 16
 E = _cpu_split.SPLIT_ANYWAY_BYTES // 8  # bfloat16 (n, 1): 2 bytes of data, 2 of output, 4 of index
@@ -286,7 +289,13 @@ SELECTIONS = [
     ((1, 8), np.float32, plans.gather_plan((1, 8), (300,), 0), set()),  # 32 bytes
     ((1, 2), np.complex128, plans.gather_plan((1, 2), (300,), 0), set()),  # 32 bytes
     ((1, 4), jnp.int4, plans.gather_plan((1, 4), (300,), 0), set()),  # sub-byte
-    ((6, 1), ml_dtypes.bfloat16, plans.gather_plan((6, 1), (300,), 1), set()),  # a column
+    # A slice across the output (a column): the select, of pinned bits where the type's are.
+    ((6, 1), ml_dtypes.bfloat16, plans.gather_plan((6, 1), (300,), 1), PINNED_ONE_COLUMN),
+    ((1024, 1), ml_dtypes.bfloat16, plans.gather_plan((1024, 1), (16,), 1), PINNED_ONE_COLUMN),
+    ((4, 1, 8), ml_dtypes.bfloat16, plans.gather_plan((4, 1, 8), (2, 5), 1), PINNED_ONE_COLUMN),
+    ((6, 1), np.int8, plans.gather_plan((6, 1), (300,), 1), set()),  # kept bit for bit
+    ((6, 1), np.float16, plans.gather_plan((6, 1), (300,), 1), set()),
+    ((6, 2), ml_dtypes.bfloat16, plans.gather_plan((6, 2), (300,), 1), set()),  # two entries
     ((3, 1, 4), ml_dtypes.bfloat16, plans.gather_plan((3, 1, 4), (3, 300), 1, batch_dims=1), {ONE_SLICE}),
     ((1, 4), np.float32, plans.gather_nd_plan((1, 4), (300, 1)), {ONE_SLICE}),
     ((1, 1), np.float32, plans.gather_nd_plan((1, 1), (16384, 2)), {ONE_SLICE, LINEAR}),
@@ -620,6 +629,7 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
         CLAMP: "clamp_on_any_cpu",
         FILL_PIN: "fill_pin_on_any_jax",
         PINNED_ELEMENTS: "element_pin_on_any_cpu",
+        PINNED_COLUMN: "pinned_column_on_any_jax",
     }
     if name in fixture:
         request.getfixturevalue(fixture[name])
@@ -659,10 +669,14 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
                           lambda d, i: jax_gather.gather_elements(d, i, 1, mode="fill")),
         ONE_SLICE: ((1, 1, 5), make_wild_indices((2188, 2), (1, 1), np.int32, 18),
                     lambda d, i: jax_gather.gather_nd(d, i, mode="fill")),
+        PINNED_COLUMN: ((32, 1), make_wild_indices((256,), 1, np.int32, 19),
+                        lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),
     }[name]  # fmt: skip
     dtype = np.float16 if name in (COLUMNS, COLUMN_PAD, TWO_LOOPS) else np.float32  # 1-2 bytes
     dtype = (
-        ml_dtypes.bfloat16 if name in (COLUMN_DIRECT, CLAMP, FILL_PIN, PINNED_ELEMENTS, ONE_SLICE) else dtype
+        ml_dtypes.bfloat16
+        if name in (COLUMN_DIRECT, CLAMP, FILL_PIN, PINNED_ELEMENTS, ONE_SLICE, PINNED_COLUMN)
+        else dtype
     )  # a narrow float: no pad
     dtype = ml_dtypes.float8_e5m2 if name == WRITTEN else dtype  # converted on the way
     data = rng.standard_normal(data).astype(dtype)
@@ -807,6 +821,9 @@ CHANGED_BY_FLOAT32 = np.array([0x7F81, 0xFF81, 0x0001, 0x8001, 0x7FA5, 0x3F80], 
     [
         (None, (16, 1), (700,), 0),  # one column: no column lowering, XLA's broadcast
         (None, (64, 1), (500,), 0),
+        (PINNED_COLUMN, (16, 1), (700,), 0),  # the slice and the fill pinned once
+        (PINNED_COLUMN, (64, 1), (500,), 3),
+        (PINNED_COLUMN, (32, 1), (256,), 1),
         (TWO_LOOPS, (1, 1), (3000, 2), 0),  # a signalling NaN
         (TWO_LOOPS, (1, 1), (3000, 2), 3),  # a subnormal
         (ONE_SLICE, (1, 1), (3000, 2), 0),
@@ -820,15 +837,17 @@ def test_a_fill_from_written_slots_keeps_the_bits_of_bfloat16_read_from_one_slic
     # Every index reads the one slice (XLA's broadcast), so the select pins its bits: by zeros
     # made of the indices as given. Made of the slots (0 or 1 there), XLA and LLVM fold them and
     # signalling NaNs and subnormals came back quieted and flushed. The table of the slice and
-    # the fill (ONE_SLICE) gathers them as integers; the others are tested without it.
+    # the fill (ONE_SLICE) gathers them as integers, PINNED_COLUMN selects them pinned once; the
+    # others are tested without them.
     data = np.resize(np.roll(CHANGED_BY_FLOAT32, -first), shape).view(BF16)
     nd = len(index_shape) > 1
     indices = np.random.default_rng(index_shape[0]).integers(-2, 2, index_shape).astype(np.int32)  # half in
     axis = 0 if shape[0] == 1 else 1
     plan = plans.gather_nd_plan(shape, index_shape) if nd else plans.gather_plan(shape, index_shape, axis)
-    with _cpu.without(*({ONE_SLICE} - {name})):
+    with _cpu.without(*({ONE_SLICE, PINNED_COLUMN} - {name})):
         names = _cpu.lowering(plan, shape, BF16).names
-        assert (name in names) == ON if name else not names & {COLUMNS, COLUMN_DIRECT, ONE_SLICE}
+        chosen = ON and (name != PINNED_COLUMN or bool(PINNED_ONE_COLUMN))
+        assert (name in names) == chosen if name else not names & {COLUMNS, COLUMN_DIRECT, ONE_SLICE}
         fill = np.asarray(np.nan, BF16)
         if nd:
             out = jax.jit(lambda d, i: jax_gather.gather_nd(d, i, mode="fill"))(data, indices)
@@ -836,6 +855,45 @@ def test_a_fill_from_written_slots_keeps_the_bits_of_bfloat16_read_from_one_slic
         else:
             out = jax.jit(lambda d, i: jax_gather.gather(d, i, axis, mode="fill"))(data, indices)
             expected = reference.gather(data, indices, axis, mode="fill", fill=fill)
+    _assert_same_bits(out, expected)
+
+
+CONSTANT_INDEX_CASES = {  # op, data shape, index shape
+    "rows of 3": ("gather", (8, 3), (16,)),
+    "rows of 4 by 300": ("gather", (4096, 4), (300,)),
+    "one slice of 4": ("gather", (1, 4), (300,)),  # the table
+    "one slice of 64 by 4096": ("gather", (1, 64), (4096,)),  # a pin per index
+    "one element by 300": ("gather", (1, 1), (300,)),
+    "a column": ("gather axis 1", (16, 1), (300,)),  # PINNED_COLUMN
+    "GatherND pairs": ("gather_nd", (64, 64, 4), (300, 2)),
+    "GatherND pairs of one slice": ("gather_nd", (1, 1, 4), (4096, 2)),
+}
+
+
+@pytest.mark.parametrize("made", ["as given", "by arithmetic"])
+@pytest.mark.parametrize("case", list(CONSTANT_INDEX_CASES))
+def test_indices_made_of_constants_inside_a_trace_keep_the_bits_of_bfloat16(case, made):
+    # Indices made inside a jitted function from constants are traced, yet constants to XLA and
+    # LLVM, which fold any zeros made of them alone: a pin of the select made so is gone, and
+    # without AVX512_BF16 (the CI's emulated instruction sets) signalling NaNs and NaN payloads
+    # came back quieted. Each pin mixes in data's first element (_fill_pin.one_pin).
+    op, shape, index_shape = CONSTANT_INDEX_CASES[case]
+    rng = np.random.default_rng(len(case))
+    data = rng.choice(CHANGED_BY_FLOAT32, shape).view(BF16)
+    axis = 1 if op == "gather axis 1" else 0
+    bound = np.array(shape[: index_shape[-1]] if op == "gather_nd" else shape[axis])
+    indices = rng.integers(-bound - 2, bound + 2, index_shape).astype(np.int32)  # some out of bounds
+    made_inside = {
+        "as given": lambda: jnp.asarray(indices),
+        "by arithmetic": lambda: jnp.asarray(indices - 1) + 1,
+    }[made]
+    fill = np.asarray(np.nan, BF16)
+    if op == "gather_nd":
+        out = jax.jit(lambda d: jax_gather.gather_nd(d, made_inside(), mode="fill"))(data)
+        expected = reference.gather_nd(data, indices, mode="fill", fill=fill)
+    else:
+        out = jax.jit(lambda d: jax_gather.gather(d, made_inside(), axis, mode="fill"))(data)
+        expected = reference.gather(data, indices, axis, mode="fill", fill=fill)
     _assert_same_bits(out, expected)
 
 
@@ -857,9 +915,9 @@ def test_the_flag_of_an_axis_of_one_entry_is_numpys_for_every_index_type(index_t
             np.asarray(x, np.int64 if info.min < 0 else np.uint64).astype(index_type)
         )
         plan = plans.gather_nd_plan((1, 1, 3), pairs.shape)
-        np.testing.assert_array_equal(np.asarray(_cpu_fills.past_one_entry(typed(pairs), plan)), expected)
+        np.testing.assert_array_equal(np.asarray(_cpu_one_slice.past_one_entry(typed(pairs), plan)), expected)
         single = plans.gather_plan((1, 3), (len(values),), 0)
-        flags = np.asarray(_cpu_fills.past_one_entry(typed(values), single))
+        flags = np.asarray(_cpu_one_slice.past_one_entry(typed(values), single))
         np.testing.assert_array_equal(flags, ~np.isin(np.array(values, dtype=object), [-1, 0]))
 
 
