@@ -100,7 +100,7 @@ def fill_from_one_slice(
         # integers between bitcasts (a slice of one element came back quieted): pinned by zeros
         # made of one index for all (_fill_pin.one_pin: one device), which LLVM computes once;
         # zeros made of each index, computed for every element, took the loop into tasks.
-        zeros = opaque_zeros(one_pin(per_index(indices, plan), data))
+        zeros = opaque_zeros(one_pin(per_index(indices, plan)))
         out = pinned_bits(out, lax.broadcast_in_dim(zeros, plan.output_shape, _batch_dims(plan)))
     return lax.bitcast_convert_type(out, data.dtype)
 
@@ -141,7 +141,7 @@ def fill_of_pinned_slice(
     pins = per_index(indices, plan)
     if not pins.size:
         return fill_after_written_slots(data, slots, fill, indices, plan, low)
-    zero = opaque_zeros(one_pin(pins, data)).reshape(-1)[0]
+    zero = opaque_zeros(one_pin(pins, data if low.pins_from_data else None)).reshape(-1)[0]
     bits = np.dtype(f"uint{8 * np.dtype(data.dtype).itemsize}")
     pinned = [lax.bitcast_convert_type(x, bits) ^ zero.astype(bits) for x in (data, fill)]
     out = lax.gather(

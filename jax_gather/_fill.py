@@ -427,19 +427,16 @@ def opaque_zeros(x: jax.Array) -> jax.Array:
     fold the bitcasts around a gather or select of a type :func:`xla_cpu_keeps_bits` finds
     moved through a wider one.
 
-    Each is the lowest bit of ``v * (v + 1)``, for ``v`` the element of ``x`` as a signed integer:
-    of two integers in a row one is even, and so is their product, wrapped or not. (Not the sign bit
-    of ``abs(v | 1)``: LLVM proved that zero where ``v`` was a value of data exclusive-or'ed with a
-    constant index, a form in which it finds the absolute value, whose sign bit it knows.) ``x``
-    holds run-time values: from constants XLA and LLVM compute them as they compile
-    (:func:`jax_gather._fill_pin.one_pin` mixes data into the indices). They stay signed: a bitcast
-    to unsigned before the conversion to the bits' type counts one flop an index more, which took
-    bfloat16 rows of 2-4 by 1024-1500 ids past the count at which XLA:CPU splits the loop into a
-    task per core (:mod:`jax_gather._cpu_split`)."""
+    Each is the sign bit of ``abs(v | 1)``, for ``v`` the element of ``x`` as a signed integer:
+    ``v | 1`` is never the most negative integer, so its absolute value is never negative.
+    ``x`` holds run-time values (the indices): from a constant XLA computes them as it compiles.
+    They stay signed: a bitcast to unsigned before the conversion to the bits' type counts one
+    flop an index more, which took bfloat16 rows of 2-4 by 1024-1500 ids past the count at which
+    XLA:CPU splits the loop into a task per core (:mod:`jax_gather._cpu_split`)."""
     width = int(jnp.iinfo(x.dtype).bits)
     signed = {4: jnp.int4, 8: jnp.int8, 16: jnp.int16, 32: jnp.int32, 64: jnp.int64}[width]
     v = x if np.dtype(x.dtype) == np.dtype(signed) else lax.bitcast_convert_type(x, signed)
-    return (v * (v + np.asarray(1, signed))) & np.asarray(1, signed)
+    return lax.shift_right_logical(jnp.abs(v | 1), np.asarray(width - 1, signed))
 
 
 def pinned_bits(bits: jax.Array, zeros: jax.Array) -> jax.Array:

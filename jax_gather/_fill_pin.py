@@ -88,42 +88,40 @@ def _fill_as_zeros(fill: jax.Array, zeros: jax.Array) -> jax.Array:
 one_pin_p = Primitive("jax_gather_one_pin")
 
 
-def one_pin(pins: jax.Array, data: jax.Array | None = None, each: bool = False) -> jax.Array:
+def one_pin(pins: jax.Array, data: jax.Array | None = None) -> jax.Array:
     """One run-time integer for each of ``pins`` (one per index), for :func:`opaque_zeros`: where
-    one device holds them all, one for all, whose zeros XLA counts once: their first, and given
-    ``data``, its exclusive or with ``data``'s first element (``each``: each pin's), a value
-    XLA cannot compute as it compiles where either the indices or data are not constants (the
-    zeros of indices made of constants inside a trace came back folded, and with them the pin:
-    signalling NaNs of bfloat16 rows of 2-64 quieted). ``pins`` as they are where XLA's SPMD
-    partitioner may split the arrays across devices, as it lowers (an element read on one device
-    would be sent to every other: a scalar all-reduce each call, 2.0-2.6x the time of ``jnp``'s
-    "fill" from sharded ids on two CPU devices, bfloat16 rows of 2-16 by 1024-4096 ids, JAX 0.12)."""
+    one device holds them all, one for all, whose zeros XLA counts once: their first, or given
+    ``data`` (where the indices are constants XLA computes as it compiles, and so the zeros of
+    any of them), ``data``'s first element. ``pins`` as they are where XLA's SPMD partitioner may
+    split the arrays across devices, as it lowers (an element read on one device would be sent
+    to every other: a scalar all-reduce each call, 2.0-2.6x the time of ``jnp``'s "fill" from
+    sharded ids on two CPU devices, bfloat16 rows of 2-16 by 1024-4096 ids, JAX 0.12)."""
     if not pins.size:
         return pins
     bits = None if data is None or not data.size else _UNSIGNED.get(element_bits(data.dtype))
     if data is None or bits is None:
-        return one_pin_p.bind(pins, pins, from_data=False, each=each)
+        return one_pin_p.bind(pins, pins, from_data=False)
     # Data's bits, so that no tangent reaches the primitive (a bitcast has none).
-    return one_pin_p.bind(pins, lax.bitcast_convert_type(data, bits), from_data=True, each=each)
+    return one_pin_p.bind(pins, lax.bitcast_convert_type(data, bits), from_data=True)
 
 
 _UNSIGNED = {4: jnp.uint4, 8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
 
 
-def _first(pins: Any, source: Any, from_data: bool, each: bool) -> Any:
-    """The first of ``pins`` (``each``: all), and ``from_data`` its exclusive or with the first
-    of ``source``, its bits repeated to the width of ``pins`` (a value of data zero-extended
-    alone has a sign LLVM knows), broadcast to the shape of ``pins``."""
-    pin = pins if each else pins.reshape(-1)[:1].reshape(())
+def _first(pins: Any, source: Any, from_data: bool) -> Any:
+    """The first of ``pins``, or ``from_data`` the first of ``source`` with its bits repeated to
+    the width of ``pins`` (its sign and lowest bit unknown to LLVM, as a run-time index's are:
+    zero- or sign-extended from a narrower type, LLVM proves :func:`opaque_zeros` of it zero
+    and folds the pin away), broadcast to the shape of ``pins``."""
     if not from_data:
-        return jnp.broadcast_to(pin, pins.shape)
+        return jnp.broadcast_to(pins.reshape(-1)[:1].reshape(()), pins.shape)
     first = source.reshape(-1)[:1].reshape(())
     width, pin_width = element_bits(source.dtype), element_bits(pins.dtype)
     if width < pin_width:
         wide = _UNSIGNED[pin_width]
         copies = sum(1 << k for k in range(0, pin_width, width))
         first = lax.convert_element_type(first, wide) * np.asarray(copies, wide)
-    return jnp.broadcast_to(pin ^ lax.convert_element_type(first, pins.dtype), pins.shape)
+    return jnp.broadcast_to(lax.convert_element_type(first, pins.dtype), pins.shape)
 
 
 def _partitioned(axis_context: Any) -> bool:
@@ -138,15 +136,15 @@ def _partitioned(axis_context: Any) -> bool:
     return mesh is not None and math.prod(n for a, n in mesh.shape.items() if a not in manual) > 1
 
 
-def _one_pin_lowering(ctx: Any, pins: Any, source: Any, from_data: bool, each: bool) -> Any:
-    split = _partitioned(ctx.module_context.axis_context)
-    first = lambda p, s: p if split else _first(p, s, from_data, each)
+def _one_pin_lowering(ctx: Any, pins: Any, source: Any, from_data: bool) -> Any:
+    each = _partitioned(ctx.module_context.axis_context)
+    first = lambda p, s: p if each else _first(p, s, from_data)
     return mlir.lower_fun(first, multiple_results=False)(ctx, pins, source)
 
 
 one_pin_p.def_impl(_first)
 # Typed as the pins are: its result reaches only opaque_zeros, zero on every device.
-one_pin_p.def_abstract_eval(lambda pins, source, from_data, each: pins)
+one_pin_p.def_abstract_eval(lambda pins, source, from_data: pins)
 mlir.register_lowering(one_pin_p, _one_pin_lowering)
 
 

@@ -137,9 +137,9 @@ class Lowering:
       mask: ``mask(ok)``, one in-bounds flag per index tuple from its components' (``ok``, the
         components last): :func:`tuple_flags`.
       names: the names (in ``jax_gather._cpu.LOWERINGS``) of the lowerings that gave these.
-      pins_from_data: whether the indices are constants of the trace (their zeros XLA would
-        compute as it compiles): one pin for all, never each index's (:func:`fill_pin`), and
-        the select where a lowering would gather at them.
+      pins_from_data: whether the select's pin is made of data's first element rather than the
+        indices (:func:`fill_pin`): indices that are constants of the trace, whose zeros XLA
+        would compute as it compiles.
     """
 
     forward: GatherFn | None = None
@@ -252,7 +252,8 @@ def select_fill(
         out = _gather(data, idx, plan, low)
     if low.pin is opaque_fill:  # keeps its bits through its fill
         elements = pin is None  # one pin for all, and their bit patterns selected
-        pins = one_pin(per_index(indices, plan), data) if pin is None else pin
+        source = data if low.pins_from_data else None
+        pins = one_pin(per_index(indices, plan), source) if pin is None else pin
         if pins.size:
             fill = _spread(opaque_fill(fill, pins), plan)
             return masked(ok, out, fill, plan, pin_with=low.pin, as_bits=elements)
@@ -298,19 +299,19 @@ def fill_pin(
     rows of 1: tests/test_every_dtype.py), also from an axis of one element after batch dims,
     read once per element of data (GatherElements of (n, 1) along it: an elementwise select;
     pinned, its 15 flops an element to jnp's 7 took the loop past one flop a byte, which XLA:CPU
-    split into a task per core: 3-9x jnp's time on JAX 0.12 from 3000 elements). Every pin on
-    one device is mixed with data's first element (from indices that are constants to XLA it
-    would compute the zeros as it compiles and fold the pin away: signalling NaNs of bfloat16
-    rows of 2-64 came back quieted); ``from_data`` (indices that are constants of the trace):
-    one integer for all wherever a pin is."""
+    split into a task per core: 3-9x jnp's time on JAX 0.12 from 3000 elements). ``from_data``
+    (indices that are constants of the trace): one integer for all, made of data's first
+    element, wherever a pin is (from the indices XLA would compute the zeros as it compiles and
+    fold the pin away: signalling NaNs of bfloat16 rows of 2-64 came back quieted)."""
     if xla_cpu_keeps_bits(np.dtype(data.dtype)):
         return None
     single = all(isinstance(n, int) and n == 1 for n in plan.slice_sizes)
+    source = data if from_data else None
     if not one_slice(data.shape, plan) or own_elements(data.shape, plan):
-        return None if single else one_pin(per_index(indices, plan), data)
+        return None if single else one_pin(per_index(indices, plan), source)
     pins = per_index(indices, plan)
     few = pins.size and math.prod(plan.output_shape) < INLINE_FLOPS  # one integer may pin them all
-    return one_pin(pins, data, each=not (few or from_data))
+    return one_pin(pins, source) if few or from_data else pins
 
 
 def masked(

@@ -45,16 +45,27 @@ def _as_data(op_name: str, data: Any) -> Any:
 
 
 def _as_indices(op_name: str, indices: Any) -> tuple[Any, Any]:
-    """The indices for the gather, and a host copy when they are concrete (None when traced)."""
+    """The indices for the gather, and a host copy when they are concrete (None when traced): a
+    tracer of a constant of the trace counts as concrete (``jnp.asarray`` of NumPy under ``jit``,
+    whose zeros XLA would compute as it compiles, folding a pin made of them)."""
     if isinstance(indices, jax.core.Tracer):
         check_index_dtype(op_name, indices.dtype)
-        return indices, None
+        return indices, _constant_of_the_trace(indices)
     if isinstance(indices, jax.Array):
         check_index_dtype(op_name, indices.dtype)
         # Copied to the host only if a check needs it, and only if this process holds it all.
         return indices, indices if indices.is_fully_addressable else None
     host = host_indices(op_name, indices)  # JAX takes no swapped bytes, nor the host tests
     return host, host
+
+
+def _constant_of_the_trace(tracer: Any) -> Any:
+    """The value of a tracer that stands for a constant of the trace (JAX 0.7 and later make
+    ``jnp.asarray`` of a NumPy array under ``jit`` one), as NumPy, else None. Not one computed
+    from constants (``jnp.arange``, arithmetic), which JAX traces as any value."""
+    get_const = getattr(tracer, "get_const", None)
+    value = get_const() if callable(get_const) else None
+    return None if value is None else np.asarray(value)
 
 
 # The one seam between the ops and an export to ONNX: True while jax2onnx converts
@@ -246,7 +257,8 @@ class _Validated(NamedTuple):
     @property
     def eager(self) -> bool:
         """Whether the call is eager: data and indices concrete, and the fill (if any) static."""
-        return self.concrete is not None and self.fill is None and not isinstance(self.data, jax.core.Tracer)
+        traced = isinstance(self.data, jax.core.Tracer) or isinstance(self.indices, jax.core.Tracer)
+        return self.concrete is not None and self.fill is None and not traced
 
 
 def _validated(
