@@ -920,6 +920,8 @@ def test_the_flag_of_an_axis_of_one_entry_is_numpys_for_every_index_type(index_t
         single = plans.gather_plan((1, 3), (len(values),), 0)
         flags = np.asarray(_cpu_one_slice.past_one_entry(typed(values), single))
         np.testing.assert_array_equal(flags, ~np.isin(np.array(values, dtype=object), [-1, 0]))
+        within = np.asarray(_cpu_one_slice.within_one_entry(typed(pairs), plan))
+        np.testing.assert_array_equal(within, ~expected)
 
 
 ONE_SLICE_CASES = {  # op, data shape, index shape (every index reads one slice)
