@@ -16,7 +16,7 @@ from jax_gather._cpu_fills import fill_after_written_slots, padded
 from jax_gather._cpu_site import Site
 from jax_gather._fill import element_bits, opaque_zeros, pinned_bits, xla_cpu_keeps_bits
 from jax_gather._fill_pin import one_pin
-from jax_gather._lowering import GENERIC, Lowering, one_slice, own_elements, per_index
+from jax_gather._lowering import GENERIC, Lowering, one_slice, own_elements, per_index, spread
 from jax_gather.plans import GatherPlan
 
 # ---- "fill" of one slice: a table of the slice and the fill ---------------------------------------
@@ -49,13 +49,11 @@ def table_pays(site: Site) -> bool:
     single indices of one element and a Gather's column (along axis 1) keep XLA's select, which
     vectorises there (the table took up to 6.8x its time); not sub-byte types, converted to bytes
     on the way (level or slower); measured on one device."""
-    if site.index_flops is not None or not one_slice(site.shape, site.plan) or not site.one_device:
+    if not _fill_of_one_slice(site) or element_bits(site.dtype) < 8:
         return False
-    if own_elements(site.shape, site.plan) or element_bits(site.dtype) < 8:
-        return False
-    dn, rank = site.plan.dimension_numbers, len(site.plan.output_shape)
-    if dn.offset_dims != tuple(range(rank - len(dn.offset_dims), rank)):
-        return False  # a slice across the output (a column of Gather along axis 1): XLA's select
+    if _across_the_output(site.plan):
+        return False  # a column of Gather along axis 1: XLA's select, or fill_of_pinned_slice
+    dn = site.plan.dimension_numbers
     elements, k = math.prod(site.plan.slice_sizes), len(dn.start_index_map)
     if elements == 1:
         return k > 1 and site.components <= ONE_SLICE_TUPLES * k
@@ -101,7 +99,7 @@ def fill_from_one_slice(
         # made of one index for all (_fill_pin.one_pin: one device), which LLVM computes once;
         # zeros made of each index, computed for every element, took the loop into tasks.
         zeros = opaque_zeros(one_pin(per_index(indices, plan)))
-        out = pinned_bits(out, lax.broadcast_in_dim(zeros, plan.output_shape, _batch_dims(plan)))
+        out = pinned_bits(out, spread(zeros, plan))
     return lax.bitcast_convert_type(out, data.dtype)
 
 
@@ -118,12 +116,21 @@ def pinned_slice_pays(site: Site) -> bool:
     """A fill of one slice across the output of a type whose select XLA:CPU would move through a
     wider one (pinned: xla_cpu_keeps_bits), which table_pays leaves to the select:
     fill_of_pinned_slice, on one device (one pin for all)."""
-    if site.index_flops is not None or not one_slice(site.shape, site.plan) or not site.one_device:
+    return _fill_of_one_slice(site) and not xla_cpu_keeps_bits(site.dtype) and _across_the_output(site.plan)
+
+
+def _fill_of_one_slice(site: Site) -> bool:
+    """A fill (no index arithmetic of a mode) on one device where every index reads the same
+    slice, not each an element of its own (batch dims)."""
+    if site.index_flops is not None or not site.one_device:
         return False
-    if own_elements(site.shape, site.plan) or xla_cpu_keeps_bits(site.dtype):
-        return False
-    dn, rank = site.plan.dimension_numbers, len(site.plan.output_shape)
-    return dn.offset_dims != tuple(range(rank - len(dn.offset_dims), rank))
+    return one_slice(site.shape, site.plan) and not own_elements(site.shape, site.plan)
+
+
+def _across_the_output(plan: GatherPlan) -> bool:
+    """Whether the slice's dims are not the output's last ones (a column of Gather along axis 1)."""
+    offset, rank = plan.dimension_numbers.offset_dims, len(plan.output_shape)
+    return offset != tuple(range(rank - len(offset), rank))
 
 
 def fill_of_pinned_slice(
@@ -142,7 +149,7 @@ def fill_of_pinned_slice(
     if not pins.size:
         return fill_after_written_slots(data, slots, fill, indices, plan, low)
     zero = opaque_zeros(one_pin(pins, data if low.pins_from_data else None)).reshape(-1)[0]
-    bits = np.dtype(f"uint{8 * np.dtype(data.dtype).itemsize}")
+    bits = _whole_bytes(data.dtype)  # a pinned type is a float of whole bytes
     pinned = [lax.bitcast_convert_type(x, bits) ^ zero.astype(bits) for x in (data, fill)]
     out = lax.gather(
         pinned[0],
@@ -151,14 +158,8 @@ def fill_of_pinned_slice(
         plan.slice_sizes,
         mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS,
     )
-    ok = lax.broadcast_in_dim(within_one_entry(indices, plan), plan.output_shape, _batch_dims(plan))
+    ok = spread(within_one_entry(indices, plan), plan)
     return lax.bitcast_convert_type(jnp.where(ok, out, pinned[1]), data.dtype)
-
-
-def _batch_dims(plan: GatherPlan) -> tuple[int, ...]:
-    """The output's dims of the index batch (those not of the slice)."""
-    offset = plan.dimension_numbers.offset_dims
-    return tuple(d for d in range(len(plan.output_shape)) if d not in offset)
 
 
 def past_one_entry(indices: jax.Array, plan: GatherPlan) -> jax.Array:

@@ -107,7 +107,7 @@ def own_elements(shape: tuple, plan: GatherPlan) -> bool:
     return single and batched and tuple(plan.output_shape) == tuple(shape)
 
 
-def _spread(per_index: jax.Array, plan: GatherPlan) -> jax.Array:
+def spread(per_index: jax.Array, plan: GatherPlan) -> jax.Array:
     """One value per index (or index tuple) broadcast over the slice dims of the output."""
     offset_dims = plan.dimension_numbers.offset_dims
     batch_positions = tuple(d for d in range(len(plan.output_shape)) if d not in offset_dims)
@@ -255,7 +255,7 @@ def select_fill(
         source = data if low.pins_from_data else None
         pins = one_pin(per_index(indices, plan), source) if pin is None else pin
         if pins.size:
-            fill = _spread(opaque_fill(fill, pins), plan)
+            fill = spread(opaque_fill(fill, pins), plan)
             return masked(ok, out, fill, plan, pin_with=low.pin, as_bits=elements)
     return masked(ok, out, fill, plan, pin=pin, pin_with=low.pin)
 
@@ -280,7 +280,7 @@ def _dropped(data_dot: jax.Array, idx: jax.Array, ok: jax.Array, fill_dot: Any, 
     """The tangent of "fill": ``data_dot`` gathered where ``idx`` is in bounds, else ``fill_dot``."""
     drop = lax.GatherScatterMode.FILL_OR_DROP
     gathered = lax.gather(data_dot, idx, plan.dimension_numbers, plan.slice_sizes, mode=drop, fill_value=0)
-    return gathered + jnp.where(_spread(ok, plan), jnp.zeros_like(fill_dot), fill_dot)
+    return gathered + jnp.where(spread(ok, plan), jnp.zeros_like(fill_dot), fill_dot)
 
 
 def fill_pin(
@@ -327,10 +327,10 @@ def masked(
     one run-time integer per index (``per_index`` of the indices, as ``ok``), pins the selected
     bits where they need it (:func:`jax_gather._fill.select_exact`), through ``pin_with``;
     ``as_bits``: their bit patterns selected, whatever XLA makes of the type's select."""
-    mask = _spread(ok, plan)
+    mask = spread(ok, plan)
     if _TANGENT.get():
         return jnp.where(mask, out, fill)
-    zeros = None if pin is None or not pin.size else _spread(opaque_zeros(pin), plan)
+    zeros = None if pin is None or not pin.size else spread(opaque_zeros(pin), plan)
     return select_exact(mask, out, fill, zeros, pin_with, as_bits=as_bits)
 
 

@@ -38,6 +38,12 @@ def _facts_held(monkeypatch, *facts, answer=True):
         for module in (_cpu, _cpu_fills, _cpu_split):
             if hasattr(module, fact):
                 monkeypatch.setattr(module, fact, lambda *asked: answer)
+    yield from _chosen_afresh(monkeypatch)
+
+
+def _chosen_afresh(monkeypatch):
+    """The lowerings chosen and programs traced afresh with what ``monkeypatch`` set, and
+    neither kept after it is undone."""
     _cpu._choose.cache_clear()
     jax.clear_caches()
     yield
@@ -104,12 +110,7 @@ def pinned_column_on_any_jax(monkeypatch):
     """one_slice_fill_of_pinned_bits chosen as where XLA:CPU moves bfloat16 through float32 (the
     select pinned: JAX 0.10, tests/test_cpu_facts.py): for its rule and what it computes."""
     monkeypatch.setattr(_cpu_one_slice, "xla_cpu_keeps_bits", lambda dtype: False)
-    _cpu._choose.cache_clear()
-    jax.clear_caches()
-    yield
-    monkeypatch.undo()
-    _cpu._choose.cache_clear()
-    jax.clear_caches()
+    yield from _chosen_afresh(monkeypatch)
 
 
 @pytest.fixture
