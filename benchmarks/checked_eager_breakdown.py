@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
-from jax.sharding import SingleDeviceSharding
 
 import jax_gather
 from jax_gather import _eager
+from jax_gather._cpu_client import single_device_sharding
 from jax_gather.bench.overhead import COLS, IDS, ROWS
 from jax_gather.bench.timing import time_call
 
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return d.at[i].get(mode="promise_in_bounds"), jnp.all((i >= 0) & (i < ROWS)).astype(jnp.int8)
 
     both = jax.jit(gather_and_judge)
-    pinned = SingleDeviceSharding(device, memory_kind="pinned_host")
-    both_pinned = jax.jit(gather_and_judge, out_shardings=(SingleDeviceSharding(device), pinned))
+    pinned = single_device_sharding(device, memory_kind="pinned_host")
+    both_pinned = jax.jit(gather_and_judge, out_shardings=(single_device_sharding(device), pinned))
 
     def checked_by_jax(d: Any, i: Any) -> Any:
         checkify.check(jnp.all((i >= 0) & (i < ROWS)), "an index out of bounds")

@@ -34,11 +34,21 @@ def xla_splits_loops() -> bool:
     return usable_cores() > 1
 
 
+def single_device_sharding(device: Any, memory_kind: str | None = None) -> Any:
+    """A sharding onto one ``device`` (in ``memory_kind``, where given): JAX 0.12.1 deprecates
+    constructing ``jax.sharding.SingleDeviceSharding`` for ``make_single_device_sharding``, which
+    earlier releases lack."""
+    make = getattr(jax.sharding, "make_single_device_sharding", None)
+    if make is not None:
+        return make(device, memory_kind=memory_kind)
+    return jax.sharding.SingleDeviceSharding(device, memory_kind=memory_kind)
+
+
 def lowered_for_cpu(fn: Callable[..., Any], *arguments: tuple[tuple[int, ...], Any]) -> Any:
     """``jax.jit(fn)`` lowered for this process's CPU, for arguments of these (shape, dtype), or
     None where the process has no CPU backend: what the facts asked once a process compile."""
     try:
-        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+        cpu = single_device_sharding(jax.devices("cpu")[0])
     except RuntimeError:
         return None
     return jax.jit(fn).lower(*(jax.ShapeDtypeStruct(s, t, sharding=cpu) for s, t in arguments))

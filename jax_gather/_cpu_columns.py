@@ -5,6 +5,7 @@ pay (``xla_widens_column_indices``). jax_gather._cpu's table chooses it."""
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import re
 from collections.abc import Callable
@@ -117,6 +118,10 @@ _columns_p = Primitive("jax_gather_columns")
 _columns_p.def_impl(direct)  # op by op (jax.disable_jit): the generic gather
 
 
+# The gather primitive's parameters, as lax.gather binds them: JAX 0.12.1 added out_sharding.
+_GATHER_OUT_SHARDING = "out_sharding" in inspect.signature(lax.gather).parameters
+
+
 def _columns_abstract(data: Any, idx: Any, *, plan: GatherPlan) -> Any:
     """The generic gather's output type: its rule also carries shard_map's and sharding's types."""
     return lax.gather_p.abstract_eval(
@@ -128,6 +133,7 @@ def _columns_abstract(data: Any, idx: Any, *, plan: GatherPlan) -> Any:
         indices_are_sorted=False,
         mode=PROMISE,
         fill_value=None,
+        **({"out_sharding": None} if _GATHER_OUT_SHARDING else {}),
     )
 
 

@@ -47,6 +47,7 @@ from jax_gather._cpu_client import (
     default_device_is_cpu,
     narrowed_in_chunks,
     on_host,
+    single_device_sharding,
 )
 from jax_gather._fill import element_bits
 from jax_gather._host_bounds import (
@@ -411,7 +412,7 @@ def _host_memory_of(where: jax.sharding.Sharding | None) -> jax.sharding.Shardin
     (device,) = where.device_set
     if "pinned_host" not in {memory.kind for memory in device.addressable_memories()}:  # type: ignore[attr-defined]
         return None
-    return jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
+    return single_device_sharding(device, memory_kind="pinned_host")
 
 
 def _to_int32(plan: GatherPlan, indices: Any) -> bool:

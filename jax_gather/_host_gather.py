@@ -24,7 +24,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from jax_gather._cpu_client import CPU_COPIED_INLINE, DEFAULT_DEVICE, INT32_MAX, default_device_is_cpu
+from jax_gather._cpu_client import (
+    CPU_COPIED_INLINE,
+    DEFAULT_DEVICE,
+    INT32_MAX,
+    default_device_is_cpu,
+    single_device_sharding,
+)
 from jax_gather._x64 import X64_STATE
 from jax_gather.plans import GatherPlan
 
@@ -91,7 +97,7 @@ def _placement(shape: tuple[int, ...], dtype: np.dtype, x64: bool, default: Any)
     """The aval, sharding and device of a result of this shape and dtype under these settings."""
     device = default if default is not None and not isinstance(default, str) else jax.devices(default)[0]
     canonical = jax.dtypes.canonicalize_dtype(dtype)
-    return ShapedArray(shape, canonical), jax.sharding.SingleDeviceSharding(device), device
+    return ShapedArray(shape, canonical), single_device_sharding(device), device
 
 
 # ``recipe(data, indices, wrap)``: the plan's gather of NumPy arrays of its shapes, indices in
