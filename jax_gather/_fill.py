@@ -368,16 +368,17 @@ def run_on_cpu(fn: Any, *arrays: np.ndarray) -> Any:
 def xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
     """Whether XLA:CPU, in this JAX and on this CPU, keeps every bit pattern of ``dtype`` where
     it moves single elements: asked once per process and type, for the float types other than
-    float16, 32 and 64, by two small programs on the patterns a trip through float32 may
+    float16, 32 and 64, by three small programs on the patterns a trip through float32 may
     change (a few ms); true for every other type and where no CPU backend answers.
 
-    Fact (JAX 0.10 to 0.12, x86-64): XLA:CPU moves bfloat16 one element at a time through
+    Fact (JAX 0.10 to 0.12.0, x86-64): XLA:CPU moves bfloat16 one element at a time through
     float32 (LLVM has no scalar bfloat16 register) where a loop is unrolled into scalar moves:
     a gather from a table of one row (XLA's broadcast) and the ends of a select's loop over
     short rows. That quiets signalling NaNs on any x86-64 CPU, and flushes subnormals to zero
     on one with AVX512_BF16, whose conversion instruction does; ``jnp.take`` and
     ``jnp.broadcast_to`` lose the same bits. Even between bitcasts to uint16: XLA and LLVM
-    fold them away."""
+    fold them away. JAX 0.12.1 keeps the bits of data so, but a constant signalling NaN
+    selected at such an end (a fill_value) comes back quiet: the third program asks that."""
     if not narrow_float(dtype) or bits_type(dtype) is None:
         return True
     return _xla_cpu_keeps_bits(dtype)
@@ -393,19 +394,22 @@ def _xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
     rows = np.stack([np.resize(p[:: max(1, p.size // 64)], 64) for p in (groups[0], groups[-1])])
     ids = np.arange(129, dtype=np.int32) % 2
     bits = lambda x: lax.bitcast_convert_type(x, bits_type(dtype))
+    fill = rows[0, :1].view(dtype)[0]  # a constant of the program, as a fill_value is
 
-    def spread_and_selected(t: jax.Array, i: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def moved(t: jax.Array, i: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         selected = jnp.where(i[:, None] >= 0, bits(t)[i], 0)
-        return jnp.broadcast_to(t[:1], (129, 64)), lax.bitcast_convert_type(selected, dtype)
+        filled = select_exact(i[:, None] > 0, t[i], jnp.asarray(fill))  # as a fill is, unpinned
+        return jnp.broadcast_to(t[:1], (129, 64)), lax.bitcast_convert_type(selected, dtype), filled
 
     try:
-        out = run_on_cpu(spread_and_selected, rows.view(dtype), ids)
+        out = run_on_cpu(moved, rows.view(dtype), ids)
     except RuntimeError:  # XLA:CPU cannot compile them for this CPU (see gathered_as_bits)
         return False
     if out is None:
         return True
-    spread, selected = (np.asarray(a).view(width) for a in out)
-    return bool((spread == rows[0]).all() and (selected == rows[ids]).all())
+    spread, selected, filled = (np.asarray(a).view(width) for a in out)
+    kept_fill = np.where(ids[:, None] > 0, rows[ids], rows[0, 0])
+    return bool((spread == rows[0]).all() and (selected == rows[ids]).all() and (filled == kept_fill).all())
 
 
 def changed_by_float32(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

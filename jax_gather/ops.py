@@ -14,7 +14,7 @@ import numpy as np
 from jax import lax
 
 from jax_gather import _cpu, _eager, _lowering, _strings
-from jax_gather._arguments import Mode, check_mode, fail, static_int, under_a_trace
+from jax_gather._arguments import Mode, backend_holds, check_mode, fail, static_int, under_a_trace
 from jax_gather._fill import fill_scalar
 from jax_gather._host_bounds import Verdict, check_index_dtype, host_indices, judge, narrow_host_indices
 from jax_gather._traced_bounds import check_in_bounds, in_bounds_mask
@@ -41,6 +41,10 @@ def _as_data(op_name: str, data: Any) -> Any:
             op_name,
             f"data must have a boolean, numeric or string dtype, got {np.dtype(dtype).name}",
         )
+    placed = isinstance(data, jax.Array) and not isinstance(data, jax.core.Tracer)
+    if not placed and not backend_holds(np.dtype(dtype)):
+        name = np.dtype(dtype).name
+        raise fail(TypeError, op_name, f"data's dtype {name} has no type in XLA for JAX's default backend")
     return data
 
 

@@ -1,10 +1,12 @@
 import os
 
 import jax
+import ml_dtypes
+import numpy as np
 import pytest
 from hypothesis import settings
 
-from jax_gather import _cpu, _cpu_fills, _cpu_one_slice, _cpu_split, _fill_pin
+from jax_gather import _cpu, _cpu_fills, _cpu_split, _fill, _fill_pin
 
 # JAX_GATHER_EXAMPLES=400 pytest draws ten times as many cases as the default run; pytest -m core
 # (the fast tier) a quarter as many, unless JAX_GATHER_EXAMPLES says how many.
@@ -81,11 +83,11 @@ def written_indices_on_any_size(monkeypatch, lowerings_on_any_cpu):
 
 
 @pytest.fixture
-def clamp_on_any_cpu(monkeypatch):
+def clamp_on_any_cpu(monkeypatch, bits_pinned_on_any_jax):
     """rows_pinned_by_a_clamp chosen for every row shape, as where XLA:CPU vectorises the
     clamp-pinned select and not the exclusive or's (bfloat16 rows of 38-58 elements on x86-64,
-    JAX 0.10 to 0.12): for what it computes. Not among lowerings_on_any_cpu: where it holds, a
-    fill takes no short rows in bytes."""
+    JAX 0.10 to 0.12.0, where bfloat16's bits are pinned: bits_pinned_on_any_jax): for what it
+    computes. Not among lowerings_on_any_cpu: where it holds, a fill takes no short rows in bytes."""
     yield from _facts_held(monkeypatch, "xla_vectorises_rows_clamped")
 
 
@@ -106,17 +108,28 @@ def element_pin_on_any_cpu(monkeypatch):
 
 
 @pytest.fixture
-def pinned_column_on_any_jax(monkeypatch):
-    """one_slice_fill_of_pinned_bits chosen as where XLA:CPU moves bfloat16 through float32 (the
-    select pinned: JAX 0.10, tests/test_cpu_facts.py): for its rule and what it computes."""
-    monkeypatch.setattr(_cpu_one_slice, "xla_cpu_keeps_bits", lambda dtype: False)
+def bits_pinned_on_any_jax(monkeypatch):
+    """bfloat16's bits pinned where XLA:CPU moves single elements, as where it moves them through
+    float32 (jax_gather._fill.xla_cpu_keeps_bits answering no: JAX 0.10 to 0.12.0,
+    tests/test_cpu_facts.py): for the rules of the lowerings that pin them and what they compute."""
+    # Where XLA:CPU keeps them, the facts asked of programs that pin were asked unpinned.
+    kept = _fill.xla_cpu_keeps_bits(np.dtype(ml_dtypes.bfloat16))
+    asked_of_pins = (
+        _cpu_fills.xla_vectorises_pinned_rows,
+        _cpu_fills.xla_selects_bfloat_vectors_unless_pinned,
+    )
+    for fact in asked_of_pins if kept else ():
+        fact.cache_clear()
+    monkeypatch.setattr(_fill, "_xla_cpu_keeps_bits", lambda dtype: False)
     yield from _chosen_afresh(monkeypatch)
+    for fact in asked_of_pins if kept else ():
+        fact.cache_clear()
 
 
 @pytest.fixture
-def rows_pinned_on_any_jax(monkeypatch):
-    """A fill's rows pinned as where XLA:CPU selects bfloat16 in float32 (JAX 0.10), not its fill:
-    for the rules of the lowerings that weigh a pin of the rows."""
+def rows_pinned_on_any_jax(monkeypatch, bits_pinned_on_any_jax):
+    """A fill's rows pinned as where XLA:CPU moves bfloat16 through float32 and selects it in
+    float32 (JAX 0.10), not its fill: for the rules of the lowerings that weigh a pin of the rows."""
     yield from _facts_held(monkeypatch, "pins_the_fill", answer=False)
 
 

@@ -183,7 +183,7 @@ def test_a_fill_of_bfloat16_rows_reads_them_whole_where_xla_vectorises_its_selec
 
 
 @needs_cpu_lowerings
-def test_the_clamp_pin_counts_as_the_exclusive_or_in_xlas_cost_analysis():
+def test_the_clamp_pin_counts_as_the_exclusive_or_in_xlas_cost_analysis(bits_pinned_on_any_jax):
     # Why the clamp changes no other choice: XLA counts it as one op an element, as the exclusive
     # or, and its upper bound, the complement of one zero for all indices, once, so the
     # program's flops (its thread, its split into tasks) stay within a flop of what they were.
@@ -207,12 +207,15 @@ def test_xla_keeps_the_bits_of_bfloat16_rows_through_a_pinned_fill_where_the_lib
 ):
     # Why fill_pinned_instead_of_rows: where XLA:CPU selects bfloat16 as it is but moves its
     # elements through float32 (JAX 0.11 and later), jnp's "fill", a select against a constant,
-    # quiets signalling NaNs and flushes subnormals of rows, and the select against a pinned
-    # fill keeps every bit. The one-program probe (_fill_pin.pins_the_fill) answers for the library's
+    # quiets signalling NaNs and flushes subnormals of rows (through 0.12.0; 0.12.1 quiets a
+    # constant signalling NaN given as the fill), and the select against a pinned fill keeps
+    # every bit. The one-program probe (_fill_pin.pins_the_fill) answers for the library's
     # programs over tables, widths and counts it does not try. (Where XLA selects bfloat16 in
     # float32, JAX 0.10, the library gathers bits before a pinned select and the fact is not
     # asked: there jnp's program counts a conversion of the whole table.)
-    rng, nan = np.random.default_rng(5), np.asarray(np.nan, BF16)
+    rng, snan = np.random.default_rng(5), CHANGED_BY_FLOAT32[:1].view(BF16)[0]
+    ours = lambda d, i: jax_gather.gather(d, i, mode="fill", fill_value=snan)
+    theirs = lambda d, i: jnp.take(d, i, 0, mode="fill", fill_value=snan)
     pinned_keeps, jnp_keeps = True, True
     sizes = [*itertools.product((2, 5, 17, 33, 100), (7, 1000)), (40, 7), (64, 7)]  # no vector row pin
     for rows, (width, n) in itertools.product((3, 4096), sizes):
@@ -220,10 +223,10 @@ def test_xla_keeps_the_bits_of_bfloat16_rows_through_a_pinned_fill_where_the_lib
         ids = rng.integers(-rows - 1, rows + 1, n).astype(np.int32)
         plan = plans.gather_plan(data.shape, ids.shape, 0)
         assert "fill_pinned_instead_of_rows" in _cpu.lowering(plan, data.shape, data.dtype).names
-        expected = reference.gather(data, ids, 0, mode="fill", fill=nan).view(np.uint16)
+        expected = reference.gather(data, ids, 0, mode="fill", fill=snan).view(np.uint16)
         same = lambda out: bool((np.asarray(out).view(np.uint16) == expected).all())
-        pinned_keeps &= same(jax.jit(_bfloat16_fill)(*_on_cpu(data, ids)))
-        jnp_keeps &= same(jax.jit(lambda d, i: jnp.take(d, i, 0, mode="fill", fill_value=np.nan))(data, ids))
+        pinned_keeps &= same(jax.jit(ours)(*_on_cpu(data, ids)))
+        jnp_keeps &= same(jax.jit(theirs)(*_on_cpu(data, ids)))
     fact = _fill_pin.pins_the_fill(np.dtype(BF16))
     assert pinned_keeps or not fact  # where the library pins the fill, its programs keep every bit
     assert not (fact and jnp_keeps), "jnp's select keeps every bit: is a pin still needed?"
@@ -898,28 +901,40 @@ def _changeable_bfloat16() -> np.ndarray:
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="XLA:CPU on x86-64")
-def test_xla_cpu_moves_single_bfloat16_elements_through_float32():
-    # The fact behind pinned_bits: jnp's own gather from a table of one row (a broadcast, once
+def test_the_probe_of_bfloat16_bits_answers_as_jnps_own_programs():
+    # The fact behind pinned_bits: where XLA:CPU moves single bfloat16 elements through float32
+    # (x86-64, JAX 0.10 to 0.12.0), jnp's own gather from a table of one row (a broadcast, once
     # XLA has simplified it) quiets a signalling NaN, even between bitcasts to uint16, which XLA
-    # folds away. When XLA:CPU keeps them, xla_cpu_keeps_bits says so and nothing is pinned.
-    row = _changeable_bfloat16()[None]
-    ids = np.zeros(129, np.int32)
+    # folds away. JAX 0.12.1 keeps those, but quiets a constant signalling NaN selected at the
+    # ends of a loop over rows (a fill_value). xla_cpu_keeps_bits asks programs of the same
+    # moves: it answers "kept" only where all of these keep every bit.
+    patterns = _changeable_bfloat16()
+    row, rows = patterns[None], np.stack([patterns, patterns[::-1]])
+    ids = np.arange(129, dtype=np.int32) % 2
     bits = lambda x, t: lax.bitcast_convert_type(x, t)
-    on_bits = lambda d, i: bits(bits(d, jnp.uint16)[i], jnp.bfloat16)
-    for gather in (lambda d, i: d[i], on_bits):
-        out = np.asarray(jax.jit(gather)(*_on_cpu(row.view(jnp.bfloat16), ids))).view(np.uint16)
-        assert (out != row).any(), "XLA:CPU keeps bfloat16's bits: the pin can go (_fill.xla_cpu_keeps_bits)"
-    assert not _fill.xla_cpu_keeps_bits(np.dtype(jnp.bfloat16))
+    fill = patterns[:1].view(jnp.bfloat16)[0]  # a signalling NaN, a constant of the program
+    moves = {  # a program, its data, its indices
+        "one row": (lambda d, i: d[i], row, ids * 0),
+        "one row as bits": (lambda d, i: bits(bits(d, jnp.uint16)[i], jnp.bfloat16), row, ids * 0),
+        "a constant fill": (lambda d, i: jnp.where(i[:, None] > 0, d[i], fill), rows, ids),
+    }
+    kept = {}
+    for name, (f, data, i) in moves.items():
+        expected = np.where(i[:, None] > 0, data[i], patterns[0]) if name == "a constant fill" else data[i]
+        out = jax.jit(f)(*_on_cpu(data.view(jnp.bfloat16), i))
+        kept[name] = bool((np.asarray(out).view(np.uint16) == expected).all())
+    assert _fill.xla_cpu_keeps_bits(np.dtype(jnp.bfloat16)) == all(kept.values()), kept
 
 
 def test_the_library_loses_bfloat16_bits_unpinned_only_where_xla_cpu_keeps_bits_says(monkeypatch):
-    # Without the pin (the probe answering "keeps"), the select of "fill" over rows of 64 loses
-    # bit patterns where the probe says XLA:CPU does.
+    # Without the pin (the probe answering "keeps"), the select of "fill" over rows of 64, against
+    # a signalling NaN given as the fill, loses bit patterns where the probe says XLA:CPU does.
     patterns = _changeable_bfloat16()
     data = np.stack([patterns, patterns[::-1]]).view(jnp.bfloat16)
-    ids = np.arange(129, dtype=np.int32) % data.shape[0]
-    expected = data.view(np.uint16)[ids]
-    gather = lambda d, i: jax_gather.gather(d, i, 0, mode="fill")
+    ids = np.arange(129, dtype=np.int32) % 3  # a third out of bounds (2)
+    expected = np.where(ids[:, None] < 2, data.view(np.uint16)[ids % 2], patterns[0])
+    fill = patterns[:1].view(jnp.bfloat16)[0]
+    gather = lambda d, i: jax_gather.gather(d, i, 0, mode="fill", fill_value=fill)
     pinned = np.asarray(jax.jit(gather)(*_on_cpu(data, ids))).view(np.uint16)
     np.testing.assert_array_equal(pinned, expected)
     keeps = _fill.xla_cpu_keeps_bits(np.dtype(jnp.bfloat16))
@@ -937,14 +952,15 @@ def test_a_gather_from_one_bfloat16_slice_moves_its_bits_as_jnps_broadcast():
     # Outside "fill" a gather from one slice is not pinned: XLA makes it a broadcast, which jnp
     # runs on the calling thread, and the pin's flop an element sent it to JAX's worker thread
     # (GatherElements along an axis of 1, 128 to 8192 indices: 5-13x jnp's time, AMD EPYC). Its
-    # bits move as jnp's do: exactly where XLA:CPU keeps them (xla_cpu_keeps_bits).
+    # bits move as jnp's do: kept where XLA:CPU keeps every bit (xla_cpu_keeps_bits), lost where
+    # the broadcast loses them (JAX 0.10 to 0.12.0; 0.12.1 keeps a broadcast's, not a fill's).
     row = _changeable_bfloat16()[None].view(jnp.bfloat16)
     ids = np.zeros(129, np.int32)
     ours = jax.jit(lambda d, i: jax_gather.gather(d, i, 0, mode="promise_in_bounds"))(*_on_cpu(row, ids))
     theirs = jax.jit(lambda d, i: d.at[i].get(mode="promise_in_bounds"))(*_on_cpu(row, ids))
     np.testing.assert_array_equal(np.asarray(ours).view(np.uint16), np.asarray(theirs).view(np.uint16))
-    kept = (np.asarray(ours).view(np.uint16) == row.view(np.uint16)).all()
-    assert kept == _fill.xla_cpu_keeps_bits(np.dtype(jnp.bfloat16))
+    kept = bool((np.asarray(ours).view(np.uint16) == row.view(np.uint16)).all())
+    assert kept or not _fill.xla_cpu_keeps_bits(np.dtype(jnp.bfloat16))
 
 
 # ---- columns_by_written_indices, column_fill_from_pad -------------------------------------------

@@ -54,8 +54,6 @@ CLAMP, FILL_PIN = "rows_pinned_by_a_clamp", "fill_pinned_instead_of_rows"
 AND = "tuple_mask_by_and"
 ONE_SLICE = "one_slice_fill_from_a_table"
 PINNED_COLUMN = "one_slice_fill_of_pinned_bits"
-PINNED_ONE_SLICE = set() if _fill.xla_cpu_keeps_bits(np.dtype(ml_dtypes.bfloat16)) else {ONE_SLICE}
-PINNED_ONE_COLUMN = set() if _fill.xla_cpu_keeps_bits(np.dtype(ml_dtypes.bfloat16)) else {PINNED_COLUMN}
 # Index pairs from which jnp's index loop splits too, where GatherND's fill stays in one (32768).
 N2 = _cpu_split.SPLIT_ANYWAY_BYTES // 16
 E = _cpu_split.SPLIT_ANYWAY_BYTES // 8  # bfloat16 (n, 1): 2 bytes of data, 2 of output, 4 of index
@@ -290,9 +288,9 @@ SELECTIONS = [
     ((1, 2), np.complex128, plans.gather_plan((1, 2), (300,), 0), set()),  # 32 bytes
     ((1, 4), jnp.int4, plans.gather_plan((1, 4), (300,), 0), set()),  # sub-byte
     # A slice across the output (a column): the select, of pinned bits where the type's are.
-    ((6, 1), ml_dtypes.bfloat16, plans.gather_plan((6, 1), (300,), 1), PINNED_ONE_COLUMN),
-    ((1024, 1), ml_dtypes.bfloat16, plans.gather_plan((1024, 1), (16,), 1), PINNED_ONE_COLUMN),
-    ((4, 1, 8), ml_dtypes.bfloat16, plans.gather_plan((4, 1, 8), (2, 5), 1), PINNED_ONE_COLUMN),
+    ((6, 1), ml_dtypes.bfloat16, plans.gather_plan((6, 1), (300,), 1), {PINNED_COLUMN}),
+    ((1024, 1), ml_dtypes.bfloat16, plans.gather_plan((1024, 1), (16,), 1), {PINNED_COLUMN}),
+    ((4, 1, 8), ml_dtypes.bfloat16, plans.gather_plan((4, 1, 8), (2, 5), 1), {PINNED_COLUMN}),
     ((6, 1), np.int8, plans.gather_plan((6, 1), (300,), 1), set()),  # kept bit for bit
     ((6, 1), np.float16, plans.gather_plan((6, 1), (300,), 1), set()),
     ((6, 2), ml_dtypes.bfloat16, plans.gather_plan((6, 2), (300,), 1), set()),  # two entries
@@ -303,7 +301,7 @@ SELECTIONS = [
     ((1, 1), np.float32, plans.gather_plan((1, 1), (4096,), 0), set()),  # single indices
     # Rows of any length whose select is pinned (bfloat16 where XLA:CPU moves it through float32),
     # below 2**18 output elements.
-    ((1, 64), ml_dtypes.bfloat16, plans.gather_plan((1, 64), (4095,), 0), PINNED_ONE_SLICE),
+    ((1, 64), ml_dtypes.bfloat16, plans.gather_plan((1, 64), (4095,), 0), {ONE_SLICE}),
     ((1, 64), ml_dtypes.bfloat16, plans.gather_plan((1, 64), (4096,), 0), set()),
     ((1, 64), np.float16, plans.gather_plan((1, 64), (4095,), 0), set()),  # kept bit for bit
     ((1, 3), np.float32, plans.gather_elements_plan((1, 3), (50, 3), 0), set()),
@@ -317,7 +315,9 @@ def test_which_plans_take_which_lowering(
 ):
     # The table is a process's on two cores or one: XLA splits a loop into up to the square root
     # of the cores' tasks, and on 16 those of 6 x 877 x 57 start inside rows (the test of the
-    # split below counts them); this process's cores past two count as two.
+    # split below counts them); this process's cores past two count as two. bfloat16's bits are
+    # pinned as where XLA:CPU moves them through float32 (rows_pinned_on_any_jax; where it keeps
+    # them nothing pins them: test_no_lowering_pins_bfloat16_where_xla_cpu_keeps_its_bits).
     monkeypatch.setattr(_cpu_linear, "usable_cores", lambda: min(usable_cores(), 2))
     _cpu._choose.cache_clear()
     try:
@@ -629,7 +629,7 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
         CLAMP: "clamp_on_any_cpu",
         FILL_PIN: "fill_pin_on_any_jax",
         PINNED_ELEMENTS: "element_pin_on_any_cpu",
-        PINNED_COLUMN: "pinned_column_on_any_jax",
+        PINNED_COLUMN: "bits_pinned_on_any_jax",
     }
     if name in fixture:
         request.getfixturevalue(fixture[name])
@@ -846,7 +846,7 @@ def test_a_fill_from_written_slots_keeps_the_bits_of_bfloat16_read_from_one_slic
     plan = plans.gather_nd_plan(shape, index_shape) if nd else plans.gather_plan(shape, index_shape, axis)
     with _cpu.without(*({ONE_SLICE, PINNED_COLUMN} - {name})):
         names = _cpu.lowering(plan, shape, BF16).names
-        chosen = ON and (name != PINNED_COLUMN or bool(PINNED_ONE_COLUMN))
+        chosen = ON and (name != PINNED_COLUMN or not _fill.xla_cpu_keeps_bits(np.dtype(BF16)))
         assert (name in names) == chosen if name else not names & {COLUMNS, COLUMN_DIRECT, ONE_SLICE}
         fill = np.asarray(np.nan, BF16)
         if nd:
@@ -1076,7 +1076,7 @@ CLAMPS = [
 
 @pytest.mark.parametrize("vectorises", [True, False])
 def test_rows_are_pinned_by_a_clamp_only_in_a_fill_of_bfloat16_rows_where_xla_vectorises_it(
-    vectorises, monkeypatch
+    vectorises, monkeypatch, bits_pinned_on_any_jax
 ):
     asked = []
     _fact_answers(monkeypatch, "xla_vectorises_rows_clamped", lambda *a: asked.append(a) or vectorises)
@@ -1131,7 +1131,9 @@ FILL_PINS = [
 
 
 @pytest.mark.parametrize("holds", [True, False])
-def test_the_fill_is_pinned_instead_of_rows_where_xla_keeps_their_bits_through_it(holds, monkeypatch):
+def test_the_fill_is_pinned_instead_of_rows_where_xla_keeps_their_bits_through_it(
+    holds, monkeypatch, bits_pinned_on_any_jax
+):
     monkeypatch.setattr(_cpu_fills, "pins_the_fill", lambda dtype: holds and dtype == BF16)
     _fact_answers(monkeypatch, "xla_vectorises_rows_clamped", lambda dtype, row: row == (48,))
     _fact_answers(monkeypatch, "xla_vectorises_pinned_rows", lambda dtype, row, *pin: row == (64,))
@@ -1142,6 +1144,30 @@ def test_the_fill_is_pinned_instead_of_rows_where_xla_keeps_their_bits_through_i
             expected = pin if holds else (CLAMP if shape == (100, 48) else None)
             assert names == ({expected} if ON and expected else set()), (shape, plan, flops)
             assert FILL_PIN not in _cpu.lowering(plan, shape, np.float32, flops).names  # keeps its bits
+    finally:
+        _cpu._choose.cache_clear()
+
+
+# (data shape, plan, the lowering that pins bfloat16's bits there where XLA:CPU moves them
+# through float32)
+PINS_OF_BITS = [
+    ((100, 48), plans.gather_plan((100, 48), (R,), 0), CLAMP),  # where the clamp's select vectorises
+    ((6, 1), plans.gather_plan((6, 1), (300,), 1), PINNED_COLUMN),
+    ((1, 64), plans.gather_plan((1, 64), (4095,), 0), ONE_SLICE),  # of any length: each index's pin
+]
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_no_lowering_pins_bfloat16_where_xla_cpu_keeps_its_bits(kept, monkeypatch):
+    # JAX 0.12.1 keeps them (tests/test_cpu_facts.py): there bfloat16 takes the lowerings of float16.
+    monkeypatch.setattr(_fill, "_xla_cpu_keeps_bits", lambda dtype: kept)
+    monkeypatch.setattr(_cpu_fills, "pins_the_fill", lambda dtype: False)
+    _fact_answers(monkeypatch, "xla_vectorises_rows_clamped", lambda *asked: True)
+    _cpu._choose.cache_clear()
+    try:
+        for shape, plan, name in PINS_OF_BITS:
+            assert (name in _cpu.lowering(plan, shape, BF16).names) == (ON and not kept), (shape, plan)
+            assert name not in _cpu.lowering(plan, shape, np.float16).names
     finally:
         _cpu._choose.cache_clear()
 
