@@ -390,7 +390,23 @@ PINNED_CASES = {
 def run_pinned(name: str, where: str) -> dict:
     """A pinned select from sharded ids, under ``jit`` over the mesh or inside ``shard_map``:
     whether every bit is the NumPy reference's, the collectives of the compiled program, and
-    those of the same program with one pin for all indices lowered as on one device."""
+    those of the same program with one pin for all indices lowered as on one device. Pinned as
+    where XLA:CPU moves bfloat16 through float32 (JAX 0.10 to 0.12.0; the probe made to say so)."""
+    from jax_gather import _cpu, _fill
+
+    keeps = _fill._xla_cpu_keeps_bits
+    _fill._xla_cpu_keeps_bits = lambda dtype: False
+    _cpu._choose.cache_clear()
+    jax.clear_caches()
+    try:
+        return _run_pinned(name, where)
+    finally:
+        _fill._xla_cpu_keeps_bits = keeps
+        _cpu._choose.cache_clear()
+        jax.clear_caches()
+
+
+def _run_pinned(name: str, where: str) -> dict:
     from jax_gather import _fill, _fill_pin
 
     op, data_shape, indices_shape = PINNED_CASES[name]

@@ -36,6 +36,8 @@ def test_each_row_agrees_and_times(choice, lowerings_on_any_cpu, request):
         request.getfixturevalue("fill_pin_on_any_jax")
     if "fill_pinned_for_elements" in choice.without:  # JAX 0.10 with AVX2 or AVX-512
         request.getfixturevalue("element_pin_on_any_cpu")
+    if "one_slice_fill_of_pinned_bits" in choice.without:  # where bfloat16's bits are pinned
+        request.getfixturevalue("bits_pinned_on_any_jax")
     # Rows of 3 would be of 1, and 129 column ids a short lookup.
     whole = (lowering_choices.INT4_PAIRS.name, lowering_choices.FEW_COLUMN_IDS.name)
     scale = 1 if choice.case in whole else SCALE
