@@ -367,10 +367,9 @@ def run_on_cpu(fn: Any, *arrays: np.ndarray) -> Any:
 
 def xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
     """Whether XLA:CPU, in this JAX and on this CPU, keeps every bit pattern of ``dtype`` where
-    it moves single elements of data: asked once per process and type (with
-    :func:`xla_cpu_keeps_constant_bits`), for the float types other than float16, 32 and 64, by
-    small programs on the patterns a trip through float32 may change (a few ms); true for every
-    other type and where no CPU backend answers.
+    it moves single elements: asked once per process and type, for the float types other than
+    float16, 32 and 64, by three small programs on the patterns a trip through float32 may
+    change (a few ms); true for every other type and where no CPU backend answers.
 
     Fact (JAX 0.10 to 0.12.0, x86-64): XLA:CPU moves bfloat16 one element at a time through
     float32 (LLVM has no scalar bfloat16 register) where a loop is unrolled into scalar moves:
@@ -378,30 +377,20 @@ def xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
     short rows. That quiets signalling NaNs on any x86-64 CPU, and flushes subnormals to zero
     on one with AVX512_BF16, whose conversion instruction does; ``jnp.take`` and
     ``jnp.broadcast_to`` lose the same bits. Even between bitcasts to uint16: XLA and LLVM
-    fold them away. JAX 0.12.1 keeps them (with AVX512_BF16, and under emulated AVX-512, AVX2
-    and SSE4.2), but not a constant's (:func:`xla_cpu_keeps_constant_bits`)."""
-    return not narrow_float(dtype) or bits_type(dtype) is None or _xla_cpu_keeps_bits(dtype)
-
-
-def xla_cpu_keeps_constant_bits(dtype: np.dtype) -> bool:
-    """Whether XLA:CPU keeps the bits of a constant of ``dtype`` (a fill_value) a select moves as
-    a single element. Fact (JAX 0.12.1, x86-64): a constant signalling NaN of bfloat16 selected at
-    the ends of a loop over rows comes back quiet, where data's and a fill passed in are kept."""
-    return not narrow_float(dtype) or bits_type(dtype) is None or _xla_cpu_moves(dtype)[1]
-
-
-def _xla_cpu_keeps_bits(dtype: np.dtype) -> bool:  # what tests make answer otherwise
-    return _xla_cpu_moves(dtype)[0]
+    fold them away. JAX 0.12.1 keeps the bits of data so, but a constant signalling NaN
+    selected at such an end (a fill_value) comes back quiet: the third program asks that."""
+    if not narrow_float(dtype) or bits_type(dtype) is None:
+        return True
+    return _xla_cpu_keeps_bits(dtype)
 
 
 @functools.lru_cache(maxsize=64)
-def _xla_cpu_moves(dtype: np.dtype) -> tuple[bool, bool]:
-    """Whether XLA:CPU keeps the bits of data's single elements, and of a constant's."""
+def _xla_cpu_keeps_bits(dtype: np.dtype) -> bool:
     width = np.dtype(f"uint{8 * dtype.itemsize}")  # how NumPy stores it
     signalling, subnormal, _ = changed_by_float32(dtype)
     groups = [p for p in (signalling, subnormal) if p.size]
     if not groups:
-        return True, True
+        return True
     rows = np.stack([np.resize(p[:: max(1, p.size // 64)], 64) for p in (groups[0], groups[-1])])
     ids = np.arange(129, dtype=np.int32) % 2
     bits = lambda x: lax.bitcast_convert_type(x, bits_type(dtype))
@@ -415,12 +404,12 @@ def _xla_cpu_moves(dtype: np.dtype) -> tuple[bool, bool]:
     try:
         out = run_on_cpu(moved, rows.view(dtype), ids)
     except RuntimeError:  # XLA:CPU cannot compile them for this CPU (see gathered_as_bits)
-        return False, False
-    if out is None:  # no CPU backend
-        return True, True
+        return False
+    if out is None:
+        return True
     spread, selected, filled = (np.asarray(a).view(width) for a in out)
-    data_kept = (spread == rows[0]).all() and (selected == rows[ids]).all()
-    return bool(data_kept), bool((filled == np.where(ids[:, None] > 0, rows[ids], rows[0, 0])).all())
+    kept_fill = np.where(ids[:, None] > 0, rows[ids], rows[0, 0])
+    return bool((spread == rows[0]).all() and (selected == rows[ids]).all() and (filled == kept_fill).all())
 
 
 def changed_by_float32(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

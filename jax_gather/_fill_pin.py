@@ -1,7 +1,6 @@
 """The pinned fill: a select of rows that keeps its bits through its fill, where XLA:CPU keeps
 them so (:func:`pins_the_fill`); elsewhere :func:`jax_gather._fill.select_exact` pins each
-selected element. And the fill read as a value (:func:`unfolded_fill`) where nothing is pinned
-but XLA:CPU changes a constant's bits."""
+selected element."""
 
 from __future__ import annotations
 
@@ -23,34 +22,12 @@ from jax_gather._fill import (
     run_on_cpu,
     xla_cpu_converts_select,
     xla_cpu_keeps_bits,
-    xla_cpu_keeps_constant_bits,
 )
 
 try:
     from jax.extend.core import Primitive
 except ImportError:  # pragma: no cover - jax 0.4.35 keeps it in jax.core
     from jax.core import Primitive  # type: ignore[attr-defined,no-redef]
-
-
-def unfolded_fill(fill: Any) -> Any:
-    """``fill``, a NumPy scalar of data's type or traced, as the select of "fill" should read it:
-    behind an optimization barrier on the CPU where XLA:CPU keeps data's bits (nothing is pinned)
-    but not a constant's (:func:`xla_cpu_keeps_constant_bits`), and ``fill`` is traced or a
-    signalling NaN or subnormal; there the select reads a value, as it reads a fill passed in,
-    not a constant LLVM makes anew (JAX 0.12.1: a signalling NaN kept, against quieted)."""
-    dtype = np.dtype(fill.dtype)
-    if xla_cpu_keeps_constant_bits(dtype) or not xla_cpu_keeps_bits(dtype):
-        return fill
-    if isinstance(fill, np.ndarray) and not _changed_by_float32(dtype, fill.tobytes()):
-        return fill
-    return lax.platform_dependent(fill, cpu=lax.optimization_barrier, default=lambda f: f)
-
-
-@functools.lru_cache(maxsize=256)
-def _changed_by_float32(dtype: np.dtype, pattern: bytes) -> bool:
-    width = np.dtype(f"uint{8 * dtype.itemsize}")
-    signalling, subnormal, _ = changed_by_float32(dtype)  # what the probe asks of a constant
-    return bool(np.isin(np.frombuffer(pattern, width), np.concatenate([signalling, subnormal])).any())
 
 
 def pins_the_fill(dtype: np.dtype) -> bool:

@@ -16,7 +16,6 @@ from jax import lax
 from jax_gather import _cpu, _eager, _lowering, _strings
 from jax_gather._arguments import Mode, backend_holds, check_mode, fail, static_int, under_a_trace
 from jax_gather._fill import fill_scalar
-from jax_gather._fill_pin import unfolded_fill
 from jax_gather._host_bounds import Verdict, check_index_dtype, host_indices, judge, narrow_host_indices
 from jax_gather._traced_bounds import check_in_bounds, in_bounds_mask
 from jax_gather._x64 import x64_enabled_if
@@ -164,7 +163,7 @@ def _library_form(
     if plan.data_block is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_block)
     if mode.fills:
-        out = _lowering.gather_or_fill(data, indices, ok, unfolded_fill(fill), plan, low)
+        out = _lowering.gather_or_fill(data, indices, ok, fill, plan, low)
     else:
         clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
         low = _cpu.lowering_in_mode(plan, data.shape, data.dtype, indices, mode)

@@ -391,7 +391,7 @@ def run_pinned(name: str, where: str) -> dict:
     """A pinned select from sharded ids, under ``jit`` over the mesh or inside ``shard_map``:
     whether every bit is the NumPy reference's, the collectives of the compiled program, and
     those of the same program with one pin for all indices lowered as on one device. Pinned as
-    where XLA:CPU moves bfloat16 through float32 (JAX 0.10 to 0.12.0; the probe made to say so)."""
+    where XLA:CPU changes bfloat16's bits (JAX 0.10 to 0.12.1; the probe made to say so on any JAX)."""
     from jax_gather import _cpu, _fill
 
     keeps = _fill._xla_cpu_keeps_bits
