@@ -34,14 +34,17 @@ def xla_splits_loops() -> bool:
     return usable_cores() > 1
 
 
+# JAX 0.12.1 deprecates constructing jax.sharding.SingleDeviceSharding for
+# make_single_device_sharding, which earlier releases lack.
+if hasattr(jax.sharding, "make_single_device_sharding"):
+    _MAKE_SINGLE_DEVICE_SHARDING = jax.sharding.make_single_device_sharding
+else:
+    _MAKE_SINGLE_DEVICE_SHARDING = jax.sharding.SingleDeviceSharding
+
+
 def single_device_sharding(device: Any, memory_kind: str | None = None) -> Any:
-    """A sharding onto one ``device`` (in ``memory_kind``, where given): JAX 0.12.1 deprecates
-    constructing ``jax.sharding.SingleDeviceSharding`` for ``make_single_device_sharding``, which
-    earlier releases lack."""
-    make = getattr(jax.sharding, "make_single_device_sharding", None)
-    if make is not None:
-        return make(device, memory_kind=memory_kind)
-    return jax.sharding.SingleDeviceSharding(device, memory_kind=memory_kind)
+    """A sharding onto one ``device`` (in ``memory_kind``, where given), as this JAX makes one."""
+    return _MAKE_SINGLE_DEVICE_SHARDING(device, memory_kind=memory_kind)
 
 
 def lowered_for_cpu(fn: Callable[..., Any], *arguments: tuple[tuple[int, ...], Any]) -> Any:
