@@ -6,8 +6,8 @@ with jnp, jitted, in the same out-of-bounds mode ("checked", whose plain-``jit``
 fill's, against ``mode="fill"``; ``promise_in_bounds`` against ``promise_in_bounds``), by the main
 benchmark's method (:mod:`jax_gather.bench.timing`): paired rounds, the order alternating, the
 median of per-round ratios with its interval, and an A/A control per cell (the default mode
-compiled a second time, timed as one more contender). A cell is *slower* when its whole interval lies above
-the A/A band's upper end, and at least :data:`SLOWER` above 1.
+compiled again, one more contender). A cell is *slower* when its whole interval lies above the
+A/A band's upper end, and at least :data:`SLOWER` above 1.
 
 Row width is the number of elements each index takes (a row of the table, a column for Gather
 along axis 1); index count the number of index components' tuples (ids, elements, or GatherND
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from jax_gather.bench import peers
 from jax_gather.bench.overhead import numpy_aligned_16
 from jax_gather.bench.report import progress
 from jax_gather.bench.timing import geomean, paired, paired_rounds, ready, time_call
@@ -204,15 +205,12 @@ def jnp_call(cell: Cell, mode: str, eager: bool = False, numpy: bool = False) ->
     if kind == "gather" and eager and not batch_dims and m != "promise_in_bounds":
         return lambda d, i: jnp.take(d, i, axis=attribute, mode=m)
     if kind == "gather_elements":
-        # Indices may be narrower than data (ONNX allows it, jnp does not: a slice first), and
-        # take_along_axis reads negative indices as they are under a promise: normalised first.
-        def elements(d: Any, i: Any) -> Any:
-            if m == "promise_in_bounds":
-                i = jnp.where(i < 0, i + d.shape[attribute], i)
-            d = d[:, : i.shape[1]] if attribute == 0 else d
-            return jnp.take_along_axis(d, i, axis=attribute, mode=m)
-
-        return elements
+        # Indices narrower than data (ONNX allows it, jnp not) slice it; negatives normalised
+        # first where take_along_axis reads them as they are under a promise (JAX 0.10).
+        normalise = m == "promise_in_bounds" and not peers.take_along_axis_normalises_under_a_promise()
+        wrapped = lambda d, i: jnp.where(i < 0, i + d.shape[attribute], i) if normalise else i
+        narrowed = lambda d, i: d[:, : i.shape[1]] if attribute == 0 else d
+        return lambda d, i: jnp.take_along_axis(narrowed(d, i), wrapped(d, i), axis=attribute, mode=m)
     if kind == "gather":  # jnp.take has no promise_in_bounds; indexing has every mode
         lead = (slice(None),) * (attribute - batch_dims)
         fn = lambda d, i: d.at[lead + (i,)].get(mode=m)

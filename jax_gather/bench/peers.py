@@ -21,6 +21,17 @@ PEERS = ("jnp", "onnxruntime", "openvino", "numpy")
 SAME_PROGRAM = "jax_gather[again]"
 
 
+@functools.cache
+def take_along_axis_normalises_under_a_promise() -> bool:
+    """Whether ``jnp.take_along_axis(..., mode="promise_in_bounds")`` counts a negative index from
+    the end of the axis, as JAX 0.4.35 and 0.11+ do and 0.10 does not (asked once, eagerly): a
+    peer that normalises them again does work a user's call would not."""
+    import jax.numpy as jnp
+
+    taken = jnp.take_along_axis(jnp.arange(2), jnp.array([-1]), axis=0, mode="promise_in_bounds")
+    return int(taken[0]) == 1
+
+
 def _jnp_equivalent(case: Case) -> Callable[[Any, Any], Any]:
     import jax
     import jax.numpy as jnp
