@@ -18,12 +18,11 @@ canary that fails when the fact stops holding; then ``without(name)`` (what
 still pays, and docs/design.md says how to delete it.
 
 Every lowering needs JAX 0.7.0 or later, whose ``platform_dependent`` keeps only the branch of
-the platform it lowers for (older releases would put both gathers in the program), and static
-dims (StableHLO cannot refine a shape-changing bitcast or reshape of symbolic dims, and JAX
-0.7.0 cannot export a ``custom_jvp``'s gradient over them). Those that pad or flatten data also
-need a process with one CPU device: on a mesh, padding or flattening a sharded dim makes XLA's
-partitioner move data between devices. The column lowerings keep to one device too (measured on
-one only)."""
+the platform it lowers for (older ones keep both gathers), and static dims (StableHLO cannot
+refine a shape-changing bitcast or reshape of symbolic dims, nor JAX 0.7.0 export a
+``custom_jvp``'s gradient over them). Those that pad or flatten data also need a process with one
+CPU device: on a mesh, padding or flattening a sharded dim makes XLA's partitioner move data
+between devices. The column lowerings keep to one device too (measured on one only)."""
 
 from __future__ import annotations
 
@@ -135,10 +134,10 @@ class Row(NamedTuple):
 def _short_rows(site: Site) -> bool:
     """Rows of 16 or 24-64 elements (SHORT_ROWS) taken whole, for an output of
     short_rows_min_bytes or more (more of one slice without a fill): below, the tasks cost more
-    than the copy saves. Not where its
-    bitcasts would move the program to a worker thread (_hand_over_pays), nor before a fill's
-    select of pinned rows that XLA:CPU vectorises (with the clamp where chosen, or the exclusive
-    or), whose loop reads the rows as they are: in bytes, the fill measured slower."""
+    than the copy saves. Not where its bitcasts would move the program to a worker thread
+    (_hand_over_pays), nor before a fill's select of pinned rows that XLA:CPU vectorises (with the
+    clamp where chosen, or the exclusive or), whose loop reads the rows as they are: in bytes,
+    the fill measured slower."""
     plan, shape, dtype = site.plan, site.shape, site.dtype
     rows = takes_whole_rows(shape, dtype, plan) and shape[-1] in SHORT_ROWS
     broadcast = site.index_flops is not None and one_slice(shape, plan)  # XLA's, of one slice
@@ -240,9 +239,8 @@ def _index_at_rows(site: Site) -> bool:
 
 def _linear_derivative(site: Site) -> bool:
     """An element gather whose derivative pays by one linear index: JAX's scatter is handed over
-    anyway, the flat scatter pays for what XLA:CPU makes of data's flat zeros
-    (_cpu_linear.flat_scatter_pays), and XLA computes the index in vector instructions
-    (_index_at_rows, asked last)."""
+    anyway, the flat scatter pays for what XLA:CPU makes of data's flat zeros (_cpu_linear.
+    flat_scatter_pays), and XLA computes the index in vector instructions (_index_at_rows, last)."""
     dtype = _linear(site)
     if dtype is None or not _scatter_handed_over(site):
         return False
@@ -330,8 +328,11 @@ def _nd_written_indices(site: Site) -> bool:
     """A GatherND fill of index tuples (of two components or more) that read slices, without
     batch dims, where XLA:CPU would split the and-ed one loop (``tuple_mask_by_and``) and the
     generic gather's loop and keep jnp's loops whole (_cpu_split.indexed_loop_splits): read from
-    written indices, the gather's loop counts what jnp's counts. Not in a process on one core."""
-    slices = site.index_flops is None and math.prod(site.plan.slice_sizes) > 1
+    written indices, the gather's loop counts what jnp's counts. Not on one core, nor from one
+    slice (XLA's broadcast: the indices' wrap split the flag's loop; uint8 pairs of rows of 9-108
+    by 1901-8192: 1.1-2.7x jnp's "fill", the generic 0.86-1.0)."""
+    one = one_slice(site.shape, site.plan)
+    slices = site.index_flops is None and math.prod(site.plan.slice_sizes) > 1 and not one
     if not (_unbatched_tuples(site.plan) and slices and xla_splits_loops()):
         return False
     counted = (site.plan, site.shape, site.dtype, site.components)

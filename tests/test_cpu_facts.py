@@ -1434,6 +1434,8 @@ _SPLIT_CELLS = [
     grid.Cell("gather_nd pairs", "int2", 1, 2048),  # int2 selected as it is: nd_fill_in_two_loops
     grid.Cell("gather_nd pairs", "int2", 8, 2048),  # nd_fill_from_written_indices
     grid.Cell("gather_nd pairs", "int4", 1, 2048, 30),  # converted elements: nd_fill_in_two_loops
+    grid.Cell("gather_nd pairs", "uint8", 108, 1901, 2),  # one slice: XLA's broadcast
+    grid.Cell("gather_nd pairs", "uint8", 9, 4096, 2),
 ]
 
 

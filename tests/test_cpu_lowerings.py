@@ -305,6 +305,9 @@ SELECTIONS = [
     ((1, 64), ml_dtypes.bfloat16, plans.gather_plan((1, 64), (4096,), 0), set()),
     ((1, 64), np.float16, plans.gather_plan((1, 64), (4095,), 0), set()),  # kept bit for bit
     ((1, 3), np.float32, plans.gather_elements_plan((1, 3), (50, 3), 0), set()),
+    # Pairs into one slice past the table's rows: XLA's broadcast, never written indices.
+    ((1, 1, 108), np.uint8, plans.gather_nd_plan((1, 1, 108), (1901, 2)), set()),
+    ((1, 1, 9), np.int8, plans.gather_nd_plan((1, 1, 9), (4096, 2)), set()),
 ]
 # fmt: on
 
@@ -1410,9 +1413,12 @@ def test_a_fill_from_written_indices_gives_numpys_bits(dtype, written_indices_on
             data = _codes(rng, dtype, shape)
             indices = make_wild_indices(index_shape, shape[:2], i_dtype, shape[0])
             plan = plans.gather_nd_plan(shape, index_shape)
-            # The table of one row (of whole bytes, up to 16) is read from a table with the fill.
-            table = shape[:2] == (1, 1) and _fill.element_bits(dtype) >= 8 and shape[2] * dtype.itemsize <= 16
-            assert (ONE_SLICE if table else WRITTEN) in _cpu.lowering(plan, shape, dtype).names
+            # The table of one row (of whole bytes, up to 16) is read from a table with the fill;
+            # one row otherwise by XLA's broadcast and the generic select, no written indices.
+            one = shape[:2] == (1, 1)
+            table = one and _fill.element_bits(dtype) >= 8 and shape[2] * dtype.itemsize <= 16
+            names = _cpu.lowering(plan, shape, dtype).names
+            assert ONE_SLICE in names if table else (WRITTEN in names) != one
             fill = data.reshape(-1)[:1].reshape(())  # a value of the type
             for fill_value, traced in [(None, False), (fill, False), (fill, True)]:
                 call = lambda d, i, f: jax_gather.gather_nd(d, i, mode="fill", fill_value=f)
