@@ -108,14 +108,18 @@ def jnp_splits_its_select_loop(plan: GatherPlan, shape: tuple, dtype: np.dtype, 
     gathers and selects, its flag read from a loop of its own: 4 flops an element and 1 a data
     element where XLA converts the type to select it (``_fill.xla_cpu_converts_select``: the
     float8 types, int4, uint4, float4_e2m1fn, bfloat16 before JAX 0.11), else 1 an element; as
-    bytes its int32 indices, the flag, output and data. Exact, JAX 0.10 and 0.12, ten types,
-    tables of 30 x 30 to 200 x 200, rows of 2-32, 64-8192 tuples (tests/test_cpu_facts.py). A
-    table's convert counts a flop a byte: from about 18 KiB of float8 data the library's and-ed
-    loop, with more flops a tuple than bytes, splits where this one does not."""
+    bytes its int32 indices, the flag, output and data. From one slice (XLA's broadcast) it reads
+    no indices, and counts 2 flops an element where it converts. Exact, JAX 0.10 and 0.12, ten
+    types, tables of 1 x 1 and 30 x 30 to 200 x 200, rows of 2-100, 64-20000 tuples
+    (tests/test_cpu_facts.py). A table's convert counts a flop a byte: from about 18 KiB of float8
+    data the library's and-ed loop, with more flops a tuple than bytes, splits where this one
+    does not."""
     k, width = len(plan.dimension_numbers.start_index_map), math.prod(plan.slice_sizes)
     element, datum = (4, 1) if xla_cpu_converts_select(dtype) else (1, 0)
     tuples = components // k
     nbytes = _slice_fill_bytes(plan, shape, dtype, components) + tuples
+    if math.prod(shape) == width:  # every indexed axis of one entry
+        element, datum, nbytes = min(element, 2), 0, nbytes - 4 * components
     flops = tuples * width * element + datum * math.prod(shape)
     return loop_splits(flops, nbytes) or nbytes >= SPLIT_ANYWAY_BYTES
 

@@ -719,9 +719,10 @@ def test_xla_splits_the_element_loop_of_jnps_gather_nd_fill_where_the_library_co
 @pytest.mark.parametrize("dtype", [jnp.float8_e4m3fn, jnp.int4, jnp.bfloat16, jnp.int8])
 def test_xla_splits_the_select_loop_of_jnps_gather_nd_fill_of_slices_where_the_library_counts_it_so(dtype):
     # What and_loop_splits asks of jnp's program: a table's convert counts a flop a byte, and from
-    # tables of 10^4 float8 elements the and-ed loop splits where this one stays whole.
+    # tables of 10^4 float8 elements the and-ed loop splits where this one stays whole; a table
+    # of one slice is XLA's broadcast, which reads no indices (int4 rows of 8 by 2048: whole).
     jnps_fill = lambda d, i: d.at[i[:, 0], i[:, 1]].get(mode="fill")
-    for side, w, n in itertools.product((30, 200), (2, 8, 32), (512, 8192)):
+    for side, w, n in itertools.product((1, 30, 200), (2, 8, 32), (512, 2048, 8192)):
         data, ids = np.zeros((side, side, w), dtype), np.zeros((n, 2), np.int32)
         text = _compiled_text(jnps_fill, data, ids)
         (root,) = [line for line in text[text.index("ENTRY") :].splitlines() if "ROOT" in line]
@@ -1436,6 +1437,8 @@ _SPLIT_CELLS = [
     grid.Cell("gather_nd pairs", "int4", 1, 2048, 30),  # converted elements: nd_fill_in_two_loops
     grid.Cell("gather_nd pairs", "uint8", 108, 1901, 2),  # one slice: XLA's broadcast
     grid.Cell("gather_nd pairs", "uint8", 9, 4096, 2),
+    grid.Cell("gather_nd pairs", "int4", 3, 1818, 2),  # one slice: the and-ed flag's loop
+    grid.Cell("gather_nd pairs", "int4", 9, 1901, 2),
 ]
 
 

@@ -308,6 +308,9 @@ SELECTIONS = [
     # Pairs into one slice past the table's rows: XLA's broadcast, never written indices.
     ((1, 1, 108), np.uint8, plans.gather_nd_plan((1, 1, 108), (1901, 2)), set()),
     ((1, 1, 9), np.int8, plans.gather_nd_plan((1, 1, 9), (4096, 2)), set()),
+    # ... and the and-ed flag where that loop would split and jnp's broadcast stays whole.
+    ((1, 1, 3), jnp.int4, plans.gather_nd_plan((1, 1, 3), (1818, 2)), set() if SPLIT else {AND}),
+    ((1, 1, 3), jnp.int4, plans.gather_nd_plan((1, 1, 3), (1000, 2)), {AND}),
 ]
 # fmt: on
 
