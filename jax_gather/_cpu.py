@@ -39,7 +39,17 @@ import numpy as np
 from jax_gather import _cpu_linear as linear, _cpu_off_axis as off_axis, _cpu_one_slice as one_entry
 from jax_gather._arguments import Mode
 from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
-from jax_gather._cpu_columns import columns_by_written_indices, reads_columns, xla_widens_column_indices
+from jax_gather._cpu_columns import (
+    COLUMN_SELECT_ROWS,
+    COLUMNS_FEW_ROWS,
+    COLUMNS_FEW_ROWS_MAX_INDICES,
+    COLUMNS_MAX_INDICES,
+    COLUMNS_MAX_ROW_BYTES,
+    COLUMNS_MIN_BYTES,
+    columns_by_written_indices,
+    reads_columns,
+    xla_widens_column_indices,
+)
 from jax_gather._cpu_fills import (
     all_components,
     column_fill_from_pad,
@@ -89,21 +99,6 @@ SHORT_LOOKUP_INDICES = 128
 # 1.04-1.05).
 SHORT_LOOKUP_MAX_LINES = 8 << 20
 SHORT_LOOKUP_MAX_LINES_ONE_CORE, SHORT_LOOKUP_MAX_RUNS_ONE_CORE = 2 << 20, 65536
-# Measured (AMD EPYC): a promise of int8 columns by 129 ids took 1.08x the time without
-# columns_by_written_indices over 16 rows (2 KiB of output), 1.00x over 64 (8 KiB); 16 rows by 512
-# ids (8 KiB) 1.53-1.57x; from 16 KiB level (16x1024, 32x512, 128x129: 0.95-1.03), from 32 KiB
-# 0.64-0.80.
-COLUMNS_MIN_BYTES = 16 << 10
-COLUMN_SELECT_ROWS = 512  # _direct_column_fill
-# Fact: the written indices (8 bytes each, twice the int32 indices they replace) are read again
-# for every row; past 2 MiB of them they come from memory. Measured (AMD EPYC, rows of 16-64):
-# at 2**18 ids 0.88-1.11 of the time without the column lowerings, at 2**19 0.92-1.21, at 2**20
-# 0.93-1.29 (1- and 2-byte data, both modes).
-COLUMNS_MAX_INDICES = 1 << 18
-# Measured (AMD EPYC, int8): under 64 rows, the written indices paid up to 16384 ids (a promise
-# of 16 rows: 0.87-0.93 of the time without) and cost up to 1.38x from 65536 (their fill from a
-# pad 0.67-1.50 from run to run).
-COLUMNS_FEW_ROWS, COLUMNS_FEW_ROWS_MAX_INDICES = 64, 16384
 # Fact: a forward lowering's own flops (the written indices' reduce-window counts 2 an index;
 # short rows' bitcasts and the linear index at least INLINE_FLOPS) can move a program that stays
 # under INLINE_FLOPS without them (the eager checked call's counts none) to a worker thread.
@@ -172,9 +167,11 @@ def _columns(site: Site) -> bool:
 
 
 def _columns_forward(site: Site) -> bool:
-    """_columns, for an output of COLUMNS_MIN_BYTES or more: below, the written indices cost
-    more than the narrow loads save (a promise of 16x512 int8 columns: 1.53-1.57x without)."""
-    return site.output_bytes >= COLUMNS_MIN_BYTES and _columns(site)
+    """_columns, for an output of COLUMNS_MIN_BYTES or more (below, the written indices cost more
+    than the narrow loads save: a promise of 16x512 int8 columns 1.53-1.57x without), from rows
+    of data of up to COLUMNS_MAX_ROW_BYTES."""
+    narrow_rows = site.shape[-1] * site.dtype.itemsize <= COLUMNS_MAX_ROW_BYTES
+    return site.output_bytes >= COLUMNS_MIN_BYTES and narrow_rows and _columns(site)
 
 
 def _column_fill_pays(site: Site) -> bool:

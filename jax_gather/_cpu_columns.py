@@ -32,6 +32,28 @@ except ImportError:  # pragma: no cover - JAX before 0.4.36
 # the indices out first pays (measured: 1.1x at 8 rows, 1.2-1.6x from 64, for 1- and 2-byte data).
 COLUMN_ROWS = 8
 
+# The thresholds of jax_gather._cpu's rules for the column lowerings:
+# Measured (AMD EPYC): a promise of int8 columns by 129 ids took 1.08x the time without
+# columns_by_written_indices over 16 rows (2 KiB of output), 1.00x over 64 (8 KiB); 16 rows by 512
+# ids (8 KiB) 1.53-1.57x; from 16 KiB level (16x1024, 32x512, 128x129: 0.95-1.03), from 32 KiB
+# 0.64-0.80.
+COLUMNS_MIN_BYTES = 16 << 10
+COLUMN_SELECT_ROWS = 512  # jax_gather._cpu._direct_column_fill
+# Measured (AMD EPYC, int8, 11 paired rounds; JAX 0.10.2 and 0.12.1): from data's rows of 32 KiB
+# (an L1 cache's), a gather from written indices outside a fill's select cost more than it saved:
+# 16 rows by 8192 ids of rows of 32768-84309 bytes 1.03-1.30x the time without, 85 by 22720 of
+# 84309 1.07-1.09; from rows of 8192-16384 bytes 0.88-0.91 (a fill's select: level either way).
+COLUMNS_MAX_ROW_BYTES = 16 << 10
+# Fact: the written indices (8 bytes each, twice the int32 indices they replace) are read again
+# for every row; past 2 MiB of them they come from memory. Measured (AMD EPYC, rows of 16-64):
+# at 2**18 ids 0.88-1.11 of the time without the column lowerings, at 2**19 0.92-1.21, at 2**20
+# 0.93-1.29 (1- and 2-byte data, both modes).
+COLUMNS_MAX_INDICES = 1 << 18
+# Measured (AMD EPYC, int8): under 64 rows, the written indices paid up to 16384 ids (a promise
+# of 16 rows: 0.87-0.93 of the time without) and cost up to 1.38x from 65536 (their fill from a
+# pad 0.67-1.50 from run to run).
+COLUMNS_FEW_ROWS, COLUMNS_FEW_ROWS_MAX_INDICES = 64, 16384
+
 
 # ---- Gather along the last axis: the indices written out as 64-bit ------------------------------
 # Fact: XLA:CPU reads one element per (row, index) in a vector loop that widens each 32-bit index

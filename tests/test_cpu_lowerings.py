@@ -158,6 +158,9 @@ SELECTIONS = [
     ((63, 32), np.int8, plans.gather_plan((63, 32), (16384,), 1), set(BIG_COLUMNS)),
     ((63, 32), np.int8, plans.gather_plan((63, 32), (16385,), 1), set()),
     ((16, 32), jnp.int4, plans.gather_plan((16, 32), (8192,), 1), set()),  # converted to bytes
+    # Not from data's rows past COLUMNS_MAX_ROW_BYTES (16 KiB).
+    ((16, 16385), np.int8, plans.gather_plan((16, 16385), (8192,), 1), set()),
+    ((85, 8193), np.float16, plans.gather_plan((85, 8193), (22720,), 1), set()),
     ((100, 32), ml_dtypes.bfloat16, plans.gather_plan((100, 32), (S + 1,), 1),
      {COLUMNS, COLUMN_DIRECT} if WIDENS else set()),  # bfloat16 selects, after the generic gather
     ((100, 32, 2), np.int8, plans.gather_plan((100, 32, 2), (S + 1,), 1), set()),  # rows of 2: neither
