@@ -84,23 +84,17 @@ def fill_from_one_slice(
     table, fill = (data, fill) if bits is None else (lax.bitcast_convert_type(x, bits) for x in (data, fill))
     entry = past_one_entry(indices, plan)[..., None]
     one_axis = dn._replace(start_index_map=(first,))
-    out = lax.gather(
-        padded(table, fill, plan, first_only=True),
-        entry,
-        one_axis,
-        plan.slice_sizes,
-        mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-    )
-    if bits is None:
-        return out
-    if not xla_cpu_keeps_bits(np.dtype(data.dtype)):
+    table = padded(table, fill, plan, first_only=True)
+    if bits is not None and entry.size and not xla_cpu_keeps_bits(np.dtype(data.dtype)):
         # Moved one at a time, XLA:CPU's elements of bfloat16 go through float32, even as
-        # integers between bitcasts (a slice of one element came back quieted): pinned by zeros
-        # made of one index for all (_fill_pin.one_pin: one device), which LLVM computes once;
-        # zeros made of each index, computed for every element, took the loop into tasks.
-        zeros = opaque_zeros(one_pin(per_index(indices, plan)))
-        out = pinned_bits(out, spread(zeros, plan))
-    return lax.bitcast_convert_type(out, data.dtype)
+        # integers between bitcasts (a slice of one element came back quieted): the table is
+        # pinned by one zero made of one index (_fill_pin.one_pin: one device). Pinned after the
+        # gather, every element counted a flop more, which took outputs of 700-1000 elements
+        # past INLINE_FLOPS where jnp's stays under (rows of 64 by 11 ids: 1.5-1.6x its time).
+        zero = opaque_zeros(one_pin(per_index(indices, plan))).reshape(-1)[0]
+        table = pinned_bits(table, zero)
+    out = lax.gather(table, entry, one_axis, plan.slice_sizes, mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+    return out if bits is None else lax.bitcast_convert_type(out, data.dtype)
 
 
 # Fact: a slice across the output (Gather along axis 1 of a one-column table) keeps XLA's select,
