@@ -82,10 +82,10 @@ from jax_gather._cpu_split import (
 )
 from jax_gather._fill import clamped_bits, element_bits, narrow_float
 from jax_gather._fill_pin import opaque_fill
-from jax_gather._lowering import GENERIC, Lowering, one_slice
+from jax_gather._lowering import GENERIC, Lowering
 from jax_gather._traced_bounds import clamp_pays, index_flops
 from jax_gather._x64 import x64_on
-from jax_gather.plans import GatherPlan
+from jax_gather.plans import GatherPlan, one_slice
 
 # The index arithmetic of a fill's slots costs 5 flops per index component, 7 with int64 indices
 # (at most), so a row lookup of this many components stays under INLINE_FLOPS once it has no

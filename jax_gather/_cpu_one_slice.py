@@ -16,8 +16,8 @@ from jax_gather._cpu_fills import fill_after_written_slots, padded
 from jax_gather._cpu_site import Site
 from jax_gather._fill import element_bits, opaque_zeros, pinned_bits, xla_cpu_keeps_bits
 from jax_gather._fill_pin import one_pin
-from jax_gather._lowering import GENERIC, Lowering, one_slice, own_elements, per_index, spread
-from jax_gather.plans import GatherPlan
+from jax_gather._lowering import GENERIC, Lowering, own_elements, per_index, spread
+from jax_gather.plans import GatherPlan, one_slice
 
 # ---- "fill" of one slice: a table of the slice and the fill ---------------------------------------
 # Fact: where every index reads the same slice (each indexed axis of one entry: one_slice), XLA
@@ -91,8 +91,7 @@ def fill_from_one_slice(
         # pinned by one zero made of one index (_fill_pin.one_pin: one device). Pinned after the
         # gather, every element counted a flop more, which took outputs of 700-1000 elements
         # past INLINE_FLOPS where jnp's stays under (rows of 64 by 11 ids: 1.5-1.6x its time).
-        zero = opaque_zeros(one_pin(per_index(indices, plan))).reshape(-1)[0]
-        table = pinned_bits(table, zero)
+        table = pinned_bits(table, _one_zero(per_index(indices, plan)))
     out = lax.gather(table, entry, one_axis, plan.slice_sizes, mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
     return out if bits is None else lax.bitcast_convert_type(out, data.dtype)
 
@@ -142,7 +141,7 @@ def fill_of_pinned_slice(
     pins = per_index(indices, plan)
     if not pins.size:
         return fill_after_written_slots(data, slots, fill, indices, plan, low)
-    zero = opaque_zeros(one_pin(pins, data if low.pins_from_data else None)).reshape(-1)[0]
+    zero = _one_zero(pins, data if low.pins_from_data else None)
     bits = _whole_bytes(data.dtype)  # a pinned type is a float of whole bytes
     pinned = [lax.bitcast_convert_type(x, bits) ^ zero.astype(bits) for x in (data, fill)]
     out = lax.gather(
@@ -154,6 +153,11 @@ def fill_of_pinned_slice(
     )
     ok = spread(within_one_entry(indices, plan), plan)
     return lax.bitcast_convert_type(jnp.where(ok, out, pinned[1]), data.dtype)
+
+
+def _one_zero(pins: jax.Array, data: jax.Array | None = None) -> jax.Array:
+    """One run-time zero for all (:func:`opaque_zeros` of :func:`one_pin`: one device), a scalar."""
+    return opaque_zeros(one_pin(pins, data)).reshape(-1)[0]
 
 
 def past_one_entry(indices: jax.Array, plan: GatherPlan) -> jax.Array:

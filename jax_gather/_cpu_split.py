@@ -21,7 +21,7 @@ import numpy as np
 
 from jax_gather._fill import element_bits, selected_as_bits, xla_cpu_converts_select, xla_cpu_keeps_bits
 from jax_gather._fill_pin import pins_the_fill
-from jax_gather.plans import GatherPlan
+from jax_gather.plans import GatherPlan, one_slice
 
 SPLIT_COST = 200000
 SPLIT_ANYWAY_BYTES = 512 << 10
@@ -118,7 +118,7 @@ def jnp_splits_its_select_loop(plan: GatherPlan, shape: tuple, dtype: np.dtype, 
     element, datum = (4, 1) if xla_cpu_converts_select(dtype) else (1, 0)
     tuples = components // k
     nbytes = _slice_fill_bytes(plan, shape, dtype, components) + tuples
-    if math.prod(shape) == width:  # every indexed axis of one entry
+    if one_slice(shape, plan):
         element, datum, nbytes = min(element, 2), 0, nbytes - 4 * components
     flops = tuples * width * element + datum * math.prod(shape)
     return loop_splits(flops, nbytes) or nbytes >= SPLIT_ANYWAY_BYTES

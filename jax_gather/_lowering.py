@@ -37,7 +37,7 @@ from jax_gather._fill import (
 )
 from jax_gather._fill_pin import one_pin, opaque_fill
 from jax_gather._traced_bounds import dropping_vectors, in_range_vectors, index_vectors
-from jax_gather.plans import GatherPlan
+from jax_gather.plans import GatherPlan, one_slice
 
 PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
 
@@ -88,14 +88,6 @@ def _direct_on_bits_jvp(plan, primals, tangents):
     (data, idx), (data_dot, _) = primals, tangents
     tangent = lax.gather(data_dot, idx, plan.dimension_numbers, plan.slice_sizes, mode=PROMISE)
     return _direct_on_bits(data, idx, plan), tangent
-
-
-def one_slice(shape: tuple, plan: GatherPlan) -> bool:
-    """Whether every index reads the same slice of non-empty data of ``shape`` (each indexed axis
-    of size 1), a gather XLA rewrites as a broadcast; False for a symbolic axis."""
-    sizes = [shape[d] for d in plan.dimension_numbers.start_index_map]
-    known = all(isinstance(n, int) for n in shape)
-    return known and 0 not in shape and all(n == 1 for n in sizes)
 
 
 def own_elements(shape: tuple, plan: GatherPlan) -> bool:

@@ -306,3 +306,11 @@ def gather_nd_plan(
     return _gather_nd_plan(
         _shape(data_shape), _shape(indices_shape), static_int("GatherND", "batch_dims", batch_dims)
     )
+
+
+def one_slice(shape: tuple, plan: GatherPlan) -> bool:
+    """Whether every index reads the same slice of non-empty data of ``shape`` (each indexed axis
+    of size 1), a gather XLA rewrites as a broadcast; False for a symbolic axis."""
+    sizes = [shape[d] for d in plan.dimension_numbers.start_index_map]
+    known = all(isinstance(n, int) for n in shape)
+    return known and 0 not in shape and all(n == 1 for n in sizes)

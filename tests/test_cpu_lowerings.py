@@ -1424,7 +1424,7 @@ def test_a_fill_from_written_indices_gives_numpys_bits(dtype, written_indices_on
             one = shape[:2] == (1, 1)
             table = one and _fill.element_bits(dtype) >= 8 and shape[2] * dtype.itemsize <= 16
             names = _cpu.lowering(plan, shape, dtype).names
-            assert ONE_SLICE in names if table else (WRITTEN in names) != one
+            assert (ONE_SLICE in names) if table else ((WRITTEN in names) != one)
             fill = data.reshape(-1)[:1].reshape(())  # a value of the type
             for fill_value, traced in [(None, False), (fill, False), (fill, True)]:
                 call = lambda d, i, f: jax_gather.gather_nd(d, i, mode="fill", fill_value=f)
