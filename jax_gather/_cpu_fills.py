@@ -35,7 +35,7 @@ from jax_gather._lowering import (
     select_fill,
 )
 from jax_gather._traced_bounds import axis_sizes, in_bounds_mask, written_indices
-from jax_gather.plans import GatherPlan, gather_elements_plan, gather_plan
+from jax_gather.plans import GatherPlan, gather_elements_plan, gather_plan, trailing_slice
 
 # ---- "fill" read from a pad of data ------------------------------------------------------------------
 # Data gets one fill_value at the end of each indexed axis and every out-of-bounds index goes to
@@ -197,11 +197,7 @@ def pinned_rows(plan: GatherPlan, dtype: np.dtype, longest: int) -> tuple[int, .
     () elsewhere, and where the output's last dim is an index's."""
     if xla_cpu_keeps_bits(dtype):
         return ()
-    out, offset_dims = plan.output_shape, plan.dimension_numbers.offset_dims
-    trailing = 0
-    while trailing < len(out) and len(out) - 1 - trailing in offset_dims:
-        trailing += 1
-    row = tuple(out[len(out) - trailing :])
+    row = trailing_slice(plan)
     return row if row and row[-1] <= longest else ()
 
 

@@ -314,3 +314,13 @@ def one_slice(shape: tuple, plan: GatherPlan) -> bool:
     sizes = [shape[d] for d in plan.dimension_numbers.start_index_map]
     known = all(isinstance(n, int) for n in shape)
     return known and 0 not in shape and all(n == 1 for n in sizes)
+
+
+def trailing_slice(plan: GatherPlan) -> Shape:
+    """The output's trailing dims that are slice dims: what each index writes contiguously at the
+    end of the output (its rows); () where the output's last dim is an index's."""
+    out, offset_dims = plan.output_shape, plan.dimension_numbers.offset_dims
+    trailing = 0
+    while trailing < len(out) and len(out) - 1 - trailing in offset_dims:
+        trailing += 1
+    return tuple(out[len(out) - trailing :])
