@@ -38,6 +38,7 @@ import numpy as np
 
 from jax_gather import _cpu_linear as linear, _cpu_off_axis as off_axis, _cpu_one_slice as one_entry
 from jax_gather._arguments import Mode
+from jax_gather._cpu_clamp import clamp_stops_the_vector_loop
 from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
 from jax_gather._cpu_columns import (
     COLUMN_SELECT_ROWS,
@@ -71,7 +72,7 @@ from jax_gather._cpu_rows import (
     takes_whole_rows,
     xla_vectorises_rows_in_units,
 )
-from jax_gather._cpu_site import Site, runs_and_lines, static
+from jax_gather._cpu_site import Site, cpu_devices, runs_and_lines, static
 from jax_gather._cpu_split import (
     and_loop_splits,
     converted_on_the_way,
@@ -433,13 +434,18 @@ LOWERINGS = tuple(row.name for row in ROWS)
 def lowering(plan: GatherPlan, shape: tuple, dtype: Any, index_flops: int | None = None) -> Lowering:
     """The CPU lowering of ``plan`` for data of ``shape`` and ``dtype`` (cached); ``index_flops``:
     what XLA counts per index component for the mode's arithmetic (None where a fill is selected)."""
-    site = Site(plan, tuple(shape), np.dtype(dtype), x64_on(), _cpu_devices(), index_flops)
+    site = Site(plan, tuple(shape), np.dtype(dtype), x64_on(), cpu_devices(), index_flops)
     return _choose(site, _disabled)
 
 
-def unclamped(plan: GatherPlan, indices: Any, dtype: Any, mode: Mode) -> bool:
-    """Whether a gather in a mode that does not fill leaves its in-bounds indices unclamped."""
-    return mode is not Mode.CLIP and not clamp_pays(plan, indices, dtype)
+def unclamped(plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, mode: Mode) -> bool:
+    """Whether a promise leaves its in-bounds indices unclamped: where the clamp does not pay, or
+    where on this CPU it leaves scalar a loop that LLVM vectorises without it (_cpu_clamp)."""
+    if mode is not Mode.PROMISE_IN_BOUNDS or not clamp_pays(plan, indices, dtype):
+        return mode is Mode.PROMISE_IN_BOUNDS
+    flops = (index_flops(clip=False, unclamped=u, in_range=False) for u in (False, True))
+    lowerings = tuple(lowering(plan, shape, dtype, f) for f in flops)
+    return clamp_stops_the_vector_loop(plan, shape, dtype, indices, *lowerings)
 
 
 def lowering_in_mode(plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, mode: Mode) -> Lowering:
@@ -448,7 +454,7 @@ def lowering_in_mode(plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, m
     if mode.fills:
         return lowering(plan, plan.data_block or shape, dtype)
     clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
-    flops = index_flops(clip=clip, unclamped=unclamped(plan, indices, dtype, mode), in_range=in_range)
+    flops = index_flops(clip=clip, unclamped=unclamped(plan, shape, dtype, indices, mode), in_range=in_range)
     return lowering(plan, shape, dtype, flops)
 
 
@@ -474,14 +480,6 @@ def without(*names: str) -> Iterator[None]:
 
 _disabled: frozenset[str] = frozenset()
 PLATFORM_DEPENDENT_PRUNES = JAX_RELEASE >= (0, 7, 0)
-
-
-@functools.cache
-def _cpu_devices() -> int:
-    try:
-        return len(jax.devices("cpu"))
-    except RuntimeError:  # no CPU backend (JAX_PLATFORMS without "cpu"): no CPU lowering runs
-        return 0
 
 
 @functools.lru_cache(maxsize=1024)

@@ -5,8 +5,10 @@ thresholds are stated in (output bytes, contiguous runs and the cache lines they
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -71,3 +73,12 @@ def runs_and_lines(plan: GatherPlan, shape: tuple, dtype: np.dtype) -> tuple[int
     runs = math.prod(plan.output_shape) // run
     run_lines = -(-run * element_bits(dtype) // (8 * CACHE_LINE))
     return runs, min(runs * run_lines * CACHE_LINE, math.prod(shape) * element_bits(dtype) // 8)
+
+
+@functools.cache
+def cpu_devices() -> int:
+    """The CPU devices of this process (0 without a CPU backend, where no CPU lowering runs)."""
+    try:
+        return len(jax.devices("cpu"))
+    except RuntimeError:  # JAX_PLATFORMS without "cpu"
+        return 0

@@ -167,7 +167,7 @@ def _library_form(
     else:
         clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
         low = _cpu.lowering_in_mode(plan, data.shape, data.dtype, indices, mode)
-        unclamped = _cpu.unclamped(plan, indices, data.dtype, mode)
+        unclamped = _cpu.unclamped(plan, data.shape, data.dtype, indices, mode)
         out = _lowering.gather(data, indices, plan, low, clip=clip, unclamped=unclamped, in_range=in_range)
     chex.assert_shape(out, plan.output_shape)
     return out

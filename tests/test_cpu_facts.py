@@ -32,6 +32,7 @@ from jax import lax
 import jax_gather
 from jax_gather import (
     _cpu,
+    _cpu_clamp,
     _cpu_client,
     _cpu_columns,
     _cpu_fills,
@@ -47,7 +48,7 @@ from jax_gather import (
     plans,
 )
 from jax_gather._arguments import Mode
-from jax_gather.bench import grid
+from jax_gather.bench import grid, peers
 from tests import ops_table, reference
 from tests.compat import enable_x64
 
@@ -1565,3 +1566,83 @@ def test_a_promise_of_index_pairs_clamps_them_at_every_row_length():
 
 def make_tuples(n):
     return (np.arange(2 * n, dtype=np.int32).reshape(n, 2) % 128) - 64
+
+
+# Sites of a promise the clamp is taken for (2 MiB of output) whose rows are one element an index:
+# rows of 23 and 25, vectorised only unclamped on AVX-512 here (AMD EPYC), not so with AVX2; rows
+# of 16, vectorised by neither on AVX-512 (the clamp took 0.64-0.89 of the unclamped time).
+ELEMENT_ROW_SITES = {
+    "elements axis 0 uint8, rows of 23": (0, (4096, 23), (91171, 23), np.uint8),
+    "elements last axis float32, rows of 25": (-1, (20971, 25), (20971, 25), np.float32),
+    "elements axis 0 bfloat16, rows of 16": (0, (4096, 16), (65536, 16), ml_dtypes.bfloat16),
+    "1-D data, rows of 24": (None, (4096,), (87381, 24), np.uint8),
+}
+
+
+def _element_call(axis):
+    if axis is None:
+        ours = lambda d, i: jax_gather.gather(d, i, mode="promise_in_bounds")
+        return ours, lambda d, i: d.at[i].get(mode="promise_in_bounds")
+    ours = lambda d, i: jax_gather.gather_elements(d, i, axis, mode="promise_in_bounds")
+    normalised = peers.take_along_axis_normalises_under_a_promise()  # as of JAX 0.11
+    at = lambda d, i: i if normalised else jnp.where(i < 0, i + d.shape[axis], i)
+    return ours, lambda d, i: jnp.take_along_axis(d, at(d, i), axis=axis, mode="promise_in_bounds")
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("site", list(ELEMENT_ROW_SITES))
+def test_a_promise_leaves_element_rows_unclamped_exactly_where_the_clamp_stops_their_vector_loop(
+    site, monkeypatch
+):
+    # On this CPU: the library's program is jnp's (no clamp) exactly where jnp's loop reads its
+    # indices in vector loads and the clamped program has no vector at all (_cpu_clamp).
+    axis, shape, index_shape, dtype = ELEMENT_ROW_SITES[site]
+    rng = np.random.default_rng(0)
+    data, ids = np.zeros(shape, dtype), rng.integers(-shape[0], shape[0], index_shape).astype(np.int32)
+    ours, theirs = _element_call(axis)
+    jax.clear_caches()
+    extra = _flops(jax.jit(ours).lower(*_on_cpu(data, ids)).compile()) - _flops(
+        jax.jit(theirs).lower(*_on_cpu(data, ids)).compile()
+    )
+    assert extra in (0, 2 * ids.size)
+    monkeypatch.setattr(_cpu, "clamp_stops_the_vector_loop", lambda *args: False)
+    jax.clear_caches()
+    clamped = _kernel_irs(ours, data, ids)
+    jax.clear_caches()
+    unclamped = _kernel_irs(theirs, data, ids)
+    fact = not any(re.search(r"<\d+ x ", ir) for ir in clamped) and any(
+        re.search(r"= load <\d+ x i32>", ir) for ir in unclamped
+    )
+    assert (extra == 0) == fact, f"{site}: +{extra} flops, the clamp stops the vector loop: {fact}"
+
+
+@needs_cpu_lowerings
+def test_a_promise_keeps_the_clamp_on_element_rows_past_the_probed_length():
+    # Rows of 65 uint8 (2 MiB): no probe, so no compile beyond the program's own.
+    data, ids = np.zeros((4096, 65), np.uint8), (np.arange(32264 * 65, dtype=np.int32) % 8192 - 4096)
+    ids = ids.reshape(32264, 65)
+    ours, theirs = _element_call(0)
+    extra = _flops(jax.jit(ours).lower(*_on_cpu(data, ids)).compile()) - _flops(
+        jax.jit(theirs).lower(*_on_cpu(data, ids)).compile()
+    )
+    assert extra == 2 * ids.size
+
+
+def test_only_element_rows_of_one_component_up_to_the_probed_length_are_probed():
+    rows = lambda n: plans.gather_elements_plan((4096, n), (64, n), 0)
+    assert _cpu_clamp.writes_short_element_rows(rows(23))
+    assert _cpu_clamp.writes_short_element_rows(rows(_cpu_clamp.PROBED_MAX_ROW))
+    assert not _cpu_clamp.writes_short_element_rows(rows(_cpu_clamp.PROBED_MAX_ROW + 1))
+    assert not _cpu_clamp.writes_short_element_rows(plans.gather_plan((4096, 23), (64,), 0))  # rows
+    assert _cpu_clamp.writes_short_element_rows(plans.gather_plan((4096,), (64, 23), 0))
+    assert not _cpu_clamp.writes_short_element_rows(plans.gather_nd_plan((64, 64), (64, 23, 2)))
+
+
+def test_the_vector_loop_is_judged_by_vector_loads_of_indices():
+    load = "  %wide.load = load <4 x i32>, ptr %33, align 4"
+    store_only = "  store <8 x i8> %142, ptr %143, align 1"
+    scalar = "  %35 = load i32, ptr %34, align 4"
+    assert _cpu_clamp.vector_loop_only_unclamped([scalar], [scalar, load])
+    assert not _cpu_clamp.vector_loop_only_unclamped([scalar], [scalar, store_only])  # AVX2's rows of 23
+    assert not _cpu_clamp.vector_loop_only_unclamped([scalar, store_only], [load])  # both vectorised
+    assert not _cpu_clamp.vector_loop_only_unclamped([scalar], [scalar])

@@ -1206,7 +1206,7 @@ def test_bfloat16_elements_select_against_the_pinned_fill_where_their_select_is_
         for shape, plan, flops, chosen in ELEMENT_PINS:
             names = _cpu.lowering(plan, shape, BF16, flops).names
             assert (PINNED_ELEMENTS in names) == (ON and holds and chosen), (shape, plan, flops)
-        monkeypatch.setattr(_cpu, "_cpu_devices", lambda: 2)  # on a mesh each index's zeros would count
+        monkeypatch.setattr(_cpu, "cpu_devices", lambda: 2)  # on a mesh each index's zeros would count
         _cpu._choose.cache_clear()
         assert PINNED_ELEMENTS not in _cpu.lowering(*ELEMENT_PINS[0][1::-1], BF16).names
     finally:

@@ -1,0 +1,95 @@
+"""Whether a promise's clamp costs the vector loop of the rows its gather writes, asked of the
+CPU at hand (jax_gather._cpu.unclamped reads it).
+
+A promise's indices are clamped where that pays (jax_gather._traced_bounds.clamp_pays): LLVM then
+drops the gather's own clamp. But the clamped and the unclamped program are two loops to LLVM's
+vectoriser, and for an element gather (each index writes one element) with short rows, the row
+lengths it vectorises differ. Where it vectorises the unclamped loop, reading its indices in
+vector loads and clamping them in vector registers, and leaves the clamped one scalar, the clamp
+costs: a promise of GatherElements along axis 0 of 2 MiB of uint8, rows of 22-24, took 1.38-1.51x
+the unclamped time (AVX-512, AMD EPYC Zen 4, JAX 0.10.2); along the last axis rows of 23-27,
+1.28-1.52x; a Gather of 1-D data by 2-D indices, rows of 23-27, 1.21-1.48x (bfloat16 and float32
+alike: 1.10-1.42x). Those are exactly the row lengths where the programs' LLVM IR says so; at
+other lengths the clamp took 0.64-1.03 of the unclamped time. A loop vectorised without vector
+loads of its indices is another matter: the unclamped loop XLA compiles with AVX2 for rows of
+22-27 stores its bytes in vectors and computes each index alone, and there the clamp took
+0.73-0.95 (so did bfloat16 rows of 16-21 where AVX-512 lacks AVX512_BF16: vectorised across rows,
+indices loaded one by one).
+
+So the site's two programs are compiled once (about 0.13 s each, cached) and their IR read, for
+element gathers of one index component with rows of up to PROBED_MAX_ROW elements: past that
+both loops were vectorised (AVX-512, AVX2; the clamp 0.91-1.03).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import jax
+import numpy as np
+
+from jax_gather._cpu_client import kernel_irs, lowered_for_cpu
+from jax_gather._cpu_site import static
+from jax_gather._lowering import Lowering, gather
+from jax_gather.plans import GatherPlan, trailing_slice
+
+PROBED_MAX_ROW = 64
+
+_ANY_VECTOR = re.compile(r"<\d+ x ")
+# A vector load of 32- or 64-bit integers: the indices, read a vector at a time.
+VECTOR_INDEX_LOAD = re.compile(r"= load <\d+ x i(32|64)>")
+
+
+def writes_short_element_rows(plan: GatherPlan) -> bool:
+    """Whether each index (of one component) writes one element, and the output's rows (its last
+    dim) are at most PROBED_MAX_ROW long."""
+    out = plan.output_shape
+    return (
+        len(plan.index_sizes) == 1
+        and trailing_slice(plan) == ()
+        and len(out) > 0
+        and isinstance(out[-1], int)
+        and out[-1] <= PROBED_MAX_ROW
+    )
+
+
+def vector_loop_only_unclamped(clamped: list[str], unclamped: list[str]) -> bool:
+    """Whether, by the LLVM IR of each program's kernels, the unclamped program reads its indices
+    in vector loads and the clamped one has no vector at all."""
+    return not any(_ANY_VECTOR.search(ir) for ir in clamped) and any(
+        VECTOR_INDEX_LOAD.search(ir) for ir in unclamped
+    )
+
+
+def clamp_stops_the_vector_loop(
+    plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, clamped: Lowering, unclamped: Lowering
+) -> bool:
+    """Whether, on this process's CPU, the site's clamped gather (data of ``shape`` and ``dtype``,
+    these ``indices``; each program in its lowering) leaves scalar the loop that the unclamped one
+    vectorises. False where the default backend is not the CPU, or the shapes are symbolic."""
+    if jax.default_backend() != "cpu" or not static(shape, plan.output_shape):
+        return False
+    args = (tuple(shape), np.dtype(dtype), tuple(indices.shape), np.dtype(indices.dtype))
+    return writes_short_element_rows(plan) and _probed(plan, *args, clamped, unclamped)
+
+
+@functools.lru_cache(maxsize=256)
+def _probed(
+    plan: GatherPlan,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    index_shape: tuple[int, ...],
+    index_dtype: np.dtype,
+    clamped: Lowering,
+    unclamped: Lowering,
+) -> bool:
+    def irs(low: Lowering, free: bool) -> list[str]:
+        program = lambda d, i: gather(d, i, plan, low, clip=False, unclamped=free)
+        return kernel_irs(lowered_for_cpu(program, (shape, dtype), (index_shape, index_dtype)))
+
+    clamped_irs = irs(clamped, False)
+    if not clamped_irs or any(_ANY_VECTOR.search(ir) for ir in clamped_irs):  # then no second compile
+        return False
+    return vector_loop_only_unclamped(clamped_irs, irs(unclamped, True))
