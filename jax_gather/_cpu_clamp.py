@@ -8,9 +8,10 @@ lengths it vectorises differ. Where it vectorises the unclamped loop, reading it
 vector loads and clamping them in vector registers, and leaves the clamped one scalar, the clamp
 costs: a promise of GatherElements along axis 0 of 2 MiB of uint8, rows of 22-24, took 1.38-1.51x
 the unclamped time (AVX-512, AMD EPYC Zen 4, JAX 0.10.2); along the last axis rows of 23-27,
-1.28-1.52x; a Gather of 1-D data by 2-D indices, rows of 23-27, 1.21-1.48x (bfloat16 and float32
-alike: 1.10-1.42x). Those are exactly the row lengths where the programs' LLVM IR says so; at
-other lengths the clamp took 0.64-1.03 of the unclamped time. A loop vectorised without vector
+1.28-1.52x; a Gather of 1-D data by 2-D indices, rows of 23-27, 1.29-1.48x (bfloat16 and float32
+alike: 1.08-1.42x). Those are exactly the row lengths where the programs' LLVM IR says so; at
+the other lengths from 16 to 36 the clamp took 0.64-1.04 of the unclamped time (one cell 1.13 in
+one sweep, uint8 rows of 32, and 0.87 of jnp's time in the next). A loop vectorised without vector
 loads of its indices is another matter: the unclamped loop XLA compiles with AVX2 for rows of
 22-27 stores its bytes in vectors and computes each index alone, and there the clamp took
 0.73-0.95 (so did bfloat16 rows of 16-21 where AVX-512 lacks AVX512_BF16: vectorised across rows,
@@ -18,7 +19,7 @@ indices loaded one by one).
 
 So the site's two programs are compiled once (about 0.13 s each, cached) and their IR read, for
 element gathers of one index component with rows of up to PROBED_MAX_ROW elements: past that
-both loops were vectorised (AVX-512, AVX2; the clamp 0.91-1.03).
+both loops were vectorised (AVX-512, AVX2; the clamp 0.91-1.06).
 """
 
 from __future__ import annotations
