@@ -438,24 +438,27 @@ def lowering(plan: GatherPlan, shape: tuple, dtype: Any, index_flops: int | None
     return _choose(site, _disabled)
 
 
-def unclamped(plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, mode: Mode) -> bool:
-    """Whether a promise leaves its in-bounds indices unclamped: where the clamp does not pay, or
-    where on this CPU it leaves scalar a loop that LLVM vectorises without it (_cpu_clamp)."""
-    if mode is not Mode.PROMISE_IN_BOUNDS or not clamp_pays(plan, indices, dtype):
-        return mode is Mode.PROMISE_IN_BOUNDS
-    flops = (index_flops(clip=False, unclamped=u, in_range=False) for u in (False, True))
-    lowerings = tuple(lowering(plan, shape, dtype, f) for f in flops)
-    return clamp_stops_the_vector_loop(plan, shape, dtype, indices, *lowerings)
+def gather_lowering(
+    plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, mode: Mode
+) -> tuple[Lowering, bool]:
+    """The CPU lowering of a gather in a mode that does not fill, from what XLA counts of the
+    mode's index arithmetic, and whether its indices go unclamped: a promise's do where the clamp
+    does not pay, or where on this CPU it leaves scalar a loop LLVM vectorises without it."""
+    promise = mode is Mode.PROMISE_IN_BOUNDS
+    if promise and clamp_pays(plan, indices, dtype):
+        each = (index_flops(clip=False, unclamped=u, in_range=False) for u in (False, True))
+        clamped, free = (lowering(plan, shape, dtype, f) for f in each)
+        stops = clamp_stops_the_vector_loop(plan, shape, dtype, indices, clamped, free)
+        return (free if stops else clamped), stops
+    flops = index_flops(clip=mode is Mode.CLIP, unclamped=promise, in_range=mode is Mode.IN_RANGE)
+    return lowering(plan, shape, dtype, flops), promise
 
 
 def lowering_in_mode(plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, mode: Mode) -> Lowering:
-    """The CPU lowering of an op's gather in ``mode`` (of the data block it gathers, for a fill),
-    from what XLA counts of the mode's index arithmetic."""
+    """The CPU lowering of an op's gather in ``mode`` (of the data block it gathers, for a fill)."""
     if mode.fills:
         return lowering(plan, plan.data_block or shape, dtype)
-    clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
-    flops = index_flops(clip=clip, unclamped=unclamped(plan, shape, dtype, indices, mode), in_range=in_range)
-    return lowering(plan, shape, dtype, flops)
+    return gather_lowering(plan, shape, dtype, indices, mode)[0]
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """Whether a promise's clamp costs the vector loop of the rows its gather writes, asked of the
-CPU at hand (jax_gather._cpu.unclamped reads it).
+CPU at hand (jax_gather._cpu.gather_lowering reads it).
 
 A promise's indices are clamped where that pays (jax_gather._traced_bounds.clamp_pays): LLVM then
 drops the gather's own clamp. But the clamped and the unclamped program are two loops to LLVM's
@@ -59,9 +59,15 @@ def writes_short_element_rows(plan: GatherPlan) -> bool:
 def vector_loop_only_unclamped(clamped: list[str], unclamped: list[str]) -> bool:
     """Whether, by the LLVM IR of each program's kernels, the unclamped program reads its indices
     in vector loads and the clamped one has no vector at all."""
-    return not any(_ANY_VECTOR.search(ir) for ir in clamped) and any(
-        VECTOR_INDEX_LOAD.search(ir) for ir in unclamped
-    )
+    return not _vectorised(clamped) and _loads_index_vectors(unclamped)
+
+
+def _vectorised(irs: list[str]) -> bool:
+    return any(_ANY_VECTOR.search(ir) for ir in irs)
+
+
+def _loads_index_vectors(irs: list[str]) -> bool:
+    return any(VECTOR_INDEX_LOAD.search(ir) for ir in irs)
 
 
 def clamp_stops_the_vector_loop(
@@ -70,10 +76,12 @@ def clamp_stops_the_vector_loop(
     """Whether, on this process's CPU, the site's clamped gather (data of ``shape`` and ``dtype``,
     these ``indices``; each program in its lowering) leaves scalar the loop that the unclamped one
     vectorises. False where the default backend is not the CPU, or the shapes are symbolic."""
-    if jax.default_backend() != "cpu" or not static(shape, plan.output_shape):
+    if not static(shape, plan.output_shape) or not writes_short_element_rows(plan):
+        return False
+    if jax.default_backend() != "cpu":
         return False
     args = (tuple(shape), np.dtype(dtype), tuple(indices.shape), np.dtype(indices.dtype))
-    return writes_short_element_rows(plan) and _probed(plan, *args, clamped, unclamped)
+    return _probed(plan, *args, clamped, unclamped)
 
 
 @functools.lru_cache(maxsize=256)
@@ -90,7 +98,5 @@ def _probed(
         program = lambda d, i: gather(d, i, plan, low, clip=False, unclamped=free)
         return kernel_irs(lowered_for_cpu(program, (shape, dtype), (index_shape, index_dtype)))
 
-    clamped_irs = irs(clamped, False)
-    if not clamped_irs or any(_ANY_VECTOR.search(ir) for ir in clamped_irs):  # then no second compile
-        return False
-    return vector_loop_only_unclamped(clamped_irs, irs(unclamped, True))
+    clamped_irs = irs(clamped, False)  # the unclamped program is compiled only if this has no vector
+    return bool(clamped_irs) and not _vectorised(clamped_irs) and _loads_index_vectors(irs(unclamped, True))

@@ -166,8 +166,7 @@ def _library_form(
         out = _lowering.gather_or_fill(data, indices, ok, fill, plan, low)
     else:
         clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
-        low = _cpu.lowering_in_mode(plan, data.shape, data.dtype, indices, mode)
-        unclamped = _cpu.unclamped(plan, data.shape, data.dtype, indices, mode)
+        low, unclamped = _cpu.gather_lowering(plan, data.shape, data.dtype, indices, mode)
         out = _lowering.gather(data, indices, plan, low, clip=clip, unclamped=unclamped, in_range=in_range)
     chex.assert_shape(out, plan.output_shape)
     return out
