@@ -38,7 +38,7 @@ import numpy as np
 
 from jax_gather import _cpu_linear as linear, _cpu_off_axis as off_axis, _cpu_one_slice as one_entry
 from jax_gather._arguments import Mode
-from jax_gather._cpu_clamp import clamp_stops_the_vector_loop
+from jax_gather._cpu_clamp import clamp_stops_the_fill_loop, clamp_stops_the_vector_loop
 from jax_gather._cpu_client import INLINE_FLOPS, JAX_RELEASE, xla_splits_loops
 from jax_gather._cpu_columns import (
     COLUMN_SELECT_ROWS,
@@ -441,10 +441,15 @@ def lowering(plan: GatherPlan, shape: tuple, dtype: Any, index_flops: int | None
 def gather_lowering(
     plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, mode: Mode
 ) -> tuple[Lowering, bool]:
-    """The CPU lowering of a gather in a mode that does not fill, from what XLA counts of the
-    mode's index arithmetic, and whether its indices go unclamped: a promise's do where the clamp
-    does not pay, or where on this CPU it leaves scalar a loop LLVM vectorises without it."""
+    """The CPU lowering of a gather in ``mode`` (from what XLA counts of its index arithmetic; of
+    the data block it gathers, for a fill), and whether its indices go unclamped: a promise's do
+    where the clamp does not pay; a promise's, and the checked mode's fill's (not "fill"'s, whose
+    reads out of bounds checkify would flag unclamped), where on this CPU the clamp leaves scalar
+    a loop LLVM vectorises without it."""
     promise = mode is Mode.PROMISE_IN_BOUNDS
+    if mode.fills:
+        low = lowering(plan, block := plan.data_block or shape, dtype)
+        return low, mode is Mode.CHECKED and clamp_stops_the_fill_loop(plan, block, dtype, indices, low)
     if promise and clamp_pays(plan, indices, dtype):
         each = (index_flops(clip=False, unclamped=u, in_range=False) for u in (False, True))
         clamped, free = (lowering(plan, shape, dtype, f) for f in each)
@@ -452,13 +457,6 @@ def gather_lowering(
         return (free if stops else clamped), stops
     flops = index_flops(clip=mode is Mode.CLIP, unclamped=promise, in_range=mode is Mode.IN_RANGE)
     return lowering(plan, shape, dtype, flops), promise
-
-
-def lowering_in_mode(plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, mode: Mode) -> Lowering:
-    """The CPU lowering of an op's gather in ``mode`` (of the data block it gathers, for a fill)."""
-    if mode.fills:
-        return lowering(plan, plan.data_block or shape, dtype)
-    return gather_lowering(plan, shape, dtype, indices, mode)[0]
 
 
 @contextlib.contextmanager

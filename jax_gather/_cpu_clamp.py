@@ -1,5 +1,6 @@
-"""Whether a promise's clamp costs the vector loop of the rows its gather writes, asked of the
-CPU at hand (jax_gather._cpu.gather_lowering reads it).
+"""Whether a clamp of the indices costs the vector loop of the rows the gather writes, asked of
+the CPU at hand for a promise and for the checked mode's fill (jax_gather._cpu.gather_lowering
+reads it).
 
 A promise's indices are clamped where that pays (jax_gather._traced_bounds.clamp_pays): LLVM then
 drops the gather's own clamp. But the clamped and the unclamped program are two loops to LLVM's
@@ -20,23 +21,40 @@ indices loaded one by one).
 So the site's two programs are compiled once (about 0.13 s each, cached) and their IR read, for
 element gathers of one index component with rows of up to PROBED_MAX_ROW elements: past that
 both loops were vectorised (AVX-512, AVX2; the clamp 0.91-1.06).
+
+The checked mode's fill under a trace (the clamped gather, then a select of the fill) has the
+same band one row length lower: with AVX-512, GatherElements along axis 0 with rows of 17-21,
+along the last axis and Gather of 1-D data with rows of 18-22 (uint8, bfloat16, float32; 2 MiB),
+clamped, took 1.22-1.96x the time of the same program with its indices only normalised, and
+0.63-2.01x jnp's fill; at the other lengths from 16 to 24, 0.94-1.09 (as XLA compiles for AVX2,
+no length). Those are the row lengths where its two programs' IR says so. Only the
+checked mode reads unclamped: its out-of-bounds indices fail its own check, which checkify
+reports first; "fill" reads them on purpose, and JAX's index check would flag them unclamped.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jax_gather._cpu_client import kernel_irs, lowered_for_cpu
 from jax_gather._cpu_site import static
-from jax_gather._lowering import Lowering, gather
+from jax_gather._fill import element_bits
+from jax_gather._lowering import Lowering, gather, gather_or_fill
+from jax_gather._traced_bounds import in_bounds_mask
 from jax_gather.plans import GatherPlan, trailing_slice
 
 PROBED_MAX_ROW = 64
+# The least output of the checked mode's fill whose programs are probed: below it a call in the
+# band lost 5-15 us (2-8 KiB of output, noisy), against the probe's compiles, paid once a site
+# (0.07-0.11 s, on a program whose own first compile took 0.06-0.08 s).
+FILL_PROBED_MIN_BYTES = 16 << 10
 
 _ANY_VECTOR = re.compile(r"<\d+ x ")
 # A vector load of 32- or 64-bit integers: the indices, read a vector at a time.
@@ -76,12 +94,33 @@ def clamp_stops_the_vector_loop(
     """Whether, on this process's CPU, the site's clamped gather (data of ``shape`` and ``dtype``,
     these ``indices``; each program in its lowering) leaves scalar the loop that the unclamped one
     vectorises. False where the default backend is not the CPU, or the shapes are symbolic."""
+    return _asked(plan, shape, dtype, indices) and _probed(
+        plan, *_site(shape, dtype, indices), clamped, unclamped
+    )
+
+
+def clamp_stops_the_fill_loop(
+    plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, low: Lowering
+) -> bool:
+    """The same question of the checked mode's fill under a trace (a gather of clamped indices,
+    then a select of the fill where they were out of bounds): whether the gather would read its
+    indices in vector loads only normalised. Asked from FILL_PROBED_MIN_BYTES of output."""
+    if low.forward is not None or low.fill is not None:  # the probe's program is the select's
+        return False
+    out_bytes = math.prod(plan.output_shape) * element_bits(dtype) // 8 if static(plan.output_shape) else 0
+    if out_bytes < FILL_PROBED_MIN_BYTES or not _asked(plan, shape, dtype, indices):
+        return False
+    return _probed(plan, *_site(shape, dtype, indices), low, low, fills=True)
+
+
+def _asked(plan: GatherPlan, shape: tuple, dtype: Any, indices: Any) -> bool:
     if not static(shape, plan.output_shape) or not writes_short_element_rows(plan):
         return False
-    if jax.default_backend() != "cpu":
-        return False
-    args = (tuple(shape), np.dtype(dtype), tuple(indices.shape), np.dtype(indices.dtype))
-    return _probed(plan, *args, clamped, unclamped)
+    return jax.default_backend() == "cpu"
+
+
+def _site(shape: tuple, dtype: Any, indices: Any) -> tuple:
+    return tuple(shape), np.dtype(dtype), tuple(indices.shape), np.dtype(indices.dtype)
 
 
 @functools.lru_cache(maxsize=256)
@@ -93,10 +132,18 @@ def _probed(
     index_dtype: np.dtype,
     clamped: Lowering,
     unclamped: Lowering,
+    fills: bool = False,
 ) -> bool:
+    def program(low: Lowering, free: bool) -> Any:
+        if fills:
+            zero = lambda d: jnp.zeros((), d.dtype)
+            return lambda d, i: gather_or_fill(
+                d, i, in_bounds_mask(plan, i), zero(d), plan, low, unclamped=free
+            )
+        return lambda d, i: gather(d, i, plan, low, clip=False, unclamped=free)
+
     def irs(low: Lowering, free: bool) -> list[str]:
-        program = lambda d, i: gather(d, i, plan, low, clip=False, unclamped=free)
-        return kernel_irs(lowered_for_cpu(program, (shape, dtype), (index_shape, index_dtype)))
+        return kernel_irs(lowered_for_cpu(program(low, free), (shape, dtype), (index_shape, index_dtype)))
 
     clamped_irs = irs(clamped, False)  # the unclamped program is compiled only if this has no vector
     return bool(clamped_irs) and not _vectorised(clamped_irs) and _loads_index_vectors(irs(unclamped, True))

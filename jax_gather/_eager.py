@@ -350,7 +350,7 @@ def reads_in_place(plan: GatherPlan, mode: Mode, data: Any, indices: Any) -> boo
         return False  # converted as it goes to JAX: a copy anyway (split_for_cpu)
     dtype = data.dtype
     for run in (Mode.IN_RANGE, Mode.PROMISE_IN_BOUNDS) if mode is Mode.CHECKED else (mode,):
-        low = _cpu.lowering_in_mode(plan, data.shape, dtype, indices, run)
+        low = _cpu.gather_lowering(plan, data.shape, dtype, indices, run)[0]
         if low.forward is not None or (run.fills and low.fill is not None):  # a fill only fills
             return False
     return True

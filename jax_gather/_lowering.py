@@ -180,11 +180,18 @@ def tuple_flags(ok: jax.Array, low: Lowering) -> jax.Array:
 
 
 def gather_or_fill(
-    data: jax.Array, indices: jax.Array, ok: jax.Array, fill: jax.Array, plan: GatherPlan, low: Lowering
+    data: jax.Array,
+    indices: jax.Array,
+    ok: jax.Array,
+    fill: jax.Array,
+    plan: GatherPlan,
+    low: Lowering,
+    unclamped: bool = False,
 ) -> jax.Array:
     """The gather of "fill": ``fill`` wherever ``ok`` (one flag per index, or per index tuple)
-    is False."""
-    idx = index_vectors(plan, indices, clip=False)
+    is False. ``unclamped``: the gather reads the indices only normalised (the checked mode's,
+    where jax_gather._cpu_clamp says so), its own clamp keeping each read in the array."""
+    idx = index_vectors(plan, indices, clip=False, unclamped=unclamped)
     if low.fill is None:
         fill_then = select_fill if low.derivative else _select_fill_dropping  # its tangent reads in bounds
         return fill_then(data, idx, ok, fill, indices, plan, low)

@@ -9,6 +9,7 @@ emits for CPUs without it (``XLA_FLAGS=--xla_cpu_max_isa=AVX2``, and ``SSE4_2``)
 of AVX-512 is asked of the CPU at hand and its canary says which.
 """
 
+import dataclasses
 import functools
 import glob
 import itertools
@@ -1626,6 +1627,59 @@ def test_a_promise_keeps_the_clamp_on_element_rows_past_the_probed_length():
         jax.jit(theirs).lower(*_on_cpu(data, ids)).compile()
     )
     assert extra == 2 * ids.size
+
+
+# Sites of the checked mode's fill (80-368 KiB of output), two in AVX-512's band on the AMD EPYC.
+FILL_ROW_SITES = {
+    "elements axis 0 uint8, rows of 20": (0, (4096, 20), (4096, 20), np.uint8),
+    "elements last axis float32, rows of 20": (-1, (4096, 20), (4096, 20), np.float32),
+    "elements last axis float32, rows of 16": (-1, (4096, 16), (4096, 16), np.float32),
+    "1-D data, rows of 23": (None, (4096,), (4096, 23), np.uint8),
+}
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("site", list(FILL_ROW_SITES))
+def test_the_checked_fill_reads_element_rows_unclamped_exactly_where_the_clamp_stops_their_vector_loop(
+    site, monkeypatch
+):
+    # On this CPU: the library's program under jit is the one of unclamped indices exactly where
+    # that one reads its indices in vector loads and the clamped one has no vector at all.
+    axis, shape, index_shape, dtype = FILL_ROW_SITES[site]
+    rng = np.random.default_rng(0)
+    data, ids = np.zeros(shape, dtype), rng.integers(-shape[0], shape[0], index_shape).astype(np.int32)
+    if axis is None:
+        ours = lambda d, i: jax_gather.gather(d, i)
+    else:
+        ours = lambda d, i: jax_gather.gather_elements(d, i, axis)
+    lowered = {}
+    for forced in (None, False, True):  # the library's choice, then each program
+        if forced is not None:
+            monkeypatch.setattr(_cpu, "clamp_stops_the_fill_loop", lambda *args, f=forced: f)
+        jax.clear_caches()
+        lowered[forced] = jax.jit(ours).lower(*_on_cpu(data, ids))
+    flops = {forced: _flops(low.compile()) for forced, low in lowered.items()}
+    assert flops[False] != flops[True]  # the clamp's arithmetic
+    clamped, unclamped = (_cpu_client.kernel_irs(lowered[forced]) for forced in (False, True))
+    fact = not any(re.search(r"<\d+ x ", ir) for ir in clamped) and any(
+        re.search(r"= load <\d+ x i32>", ir) for ir in unclamped
+    )
+    assert flops[None] == flops[fact], f"{site}: the clamp stops the vector loop: {fact}"
+
+
+def test_the_checked_fill_is_probed_from_its_least_output(monkeypatch):
+    asked = []
+    monkeypatch.setattr(_cpu_clamp, "_probed", lambda *args, **kwargs: asked.append(args[1:5]) or True)
+    fewest = -(-_cpu_clamp.FILL_PROBED_MIN_BYTES // 20)  # rows of 20 uint8
+    for rows in (fewest - 1, fewest):
+        ids = np.zeros((rows, 20), np.int32)
+        plan = plans.gather_elements_plan((4096, 20), ids.shape, 0)
+        answer = _cpu_clamp.clamp_stops_the_fill_loop(plan, (4096, 20), np.uint8, ids, _lowering.GENERIC)
+        assert answer is (rows == fewest)
+    assert asked == [((4096, 20), np.dtype(np.uint8), (fewest, 20), np.dtype(np.int32))]
+    # Nor where a lowering replaces the gather or the fill (the probe's program is the select's).
+    replaced = dataclasses.replace(_lowering.GENERIC, fill=lambda *args: None)
+    assert not _cpu_clamp.clamp_stops_the_fill_loop(plan, (4096, 20), np.uint8, ids, replaced)
 
 
 def test_only_element_rows_of_one_component_up_to_the_probed_length_are_probed():

@@ -561,13 +561,13 @@ def test_numpy_data_is_read_in_place_only_where_it_pays(monkeypatch):
     with enable_x64(False):  # converted to float32 as it goes to JAX: a copy anyway
         assert not reads_in_place(_data_at(16, (rows, 16), np.float64), 1)
     # Where a CPU lowering reads data another way (measured only for the generic gather).
-    lowering = _cpu.lowering_in_mode
+    lowering = _cpu.gather_lowering
     for part in ("forward", "fill"):
-        other = lambda *a, part=part: Lowering(**{part: lambda *b: None})
-        monkeypatch.setattr(_cpu, "lowering_in_mode", other)
+        other = lambda *a, part=part: (Lowering(**{part: lambda *b: None}), False)
+        monkeypatch.setattr(_cpu, "gather_lowering", other)
         assert not reads_in_place(data, 1, mode=Mode.FILL)
         assert reads_in_place(data, 1, mode=Mode.CLIP) is (part == "fill")  # a fill only fills
-    monkeypatch.setattr(_cpu, "lowering_in_mode", lowering)
+    monkeypatch.setattr(_cpu, "gather_lowering", lowering)
     assert reads_in_place(data, 1, mode=Mode.CLIP)
 
 
