@@ -442,14 +442,14 @@ def gather_lowering(
     plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, mode: Mode
 ) -> tuple[Lowering, bool]:
     """The CPU lowering of a gather in ``mode`` (from what XLA counts of its index arithmetic; of
-    the data block it gathers, for a fill), and whether its indices go unclamped: a promise's do
-    where the clamp does not pay; a promise's, and the checked mode's fill's (not "fill"'s, whose
-    reads out of bounds checkify would flag unclamped), where on this CPU the clamp leaves scalar
-    a loop LLVM vectorises without it."""
+    the data block it gathers, for a fill), and whether its indices go unclamped: a promise's are
+    only normalised where the clamp does not pay, or where on this CPU it leaves scalar a loop
+    LLVM vectorises without it; a fill's read index 0 out of bounds where on this CPU that loop
+    is vectorised and the clamped one is not (jax_gather._cpu_clamp)."""
     promise = mode is Mode.PROMISE_IN_BOUNDS
     if mode.fills:
         low = lowering(plan, block := plan.data_block or shape, dtype)
-        return low, mode is Mode.CHECKED and clamp_stops_the_fill_loop(plan, block, dtype, indices, low)
+        return low, clamp_stops_the_fill_loop(plan, block, dtype, indices, low)
     if promise and clamp_pays(plan, indices, dtype):
         each = (index_flops(clip=False, unclamped=u, in_range=False) for u in (False, True))
         clamped, free = (lowering(plan, shape, dtype, f) for f in each)

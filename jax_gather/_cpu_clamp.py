@@ -1,6 +1,5 @@
 """Whether a clamp of the indices costs the vector loop of the rows the gather writes, asked of
-the CPU at hand for a promise and for the checked mode's fill (jax_gather._cpu.gather_lowering
-reads it).
+the CPU at hand for a promise and for a fill (jax_gather._cpu.gather_lowering reads it).
 
 A promise's indices are clamped where that pays (jax_gather._traced_bounds.clamp_pays): LLVM then
 drops the gather's own clamp. But the clamped and the unclamped program are two loops to LLVM's
@@ -22,14 +21,16 @@ So the site's two programs are compiled once (about 0.13 s each, cached) and the
 element gathers of one index component with rows of up to PROBED_MAX_ROW elements: past that
 both loops were vectorised (AVX-512, AVX2; the clamp 0.91-1.06).
 
-The checked mode's fill under a trace (the clamped gather, then a select of the fill) has the
-same band one row length lower: with AVX-512, GatherElements along axis 0 with rows of 17-21,
-along the last axis and Gather of 1-D data with rows of 18-22 (uint8, bfloat16, float32; 2 MiB),
-clamped, took 1.22-1.96x the time of the same program with its indices only normalised, and
-0.63-2.01x jnp's fill; at the other lengths from 16 to 24, 0.94-1.09 (as XLA compiles for AVX2,
-no length). Those are the row lengths where its two programs' IR says so. Only the
-checked mode reads unclamped: its out-of-bounds indices fail its own check, which checkify
-reports first; "fill" reads them on purpose, and JAX's index check would flag them unclamped.
+A fill (a gather of clamped indices, then a select of the fill where they were out of bounds)
+has the same band one row length lower, but its indices cannot go unclamped: JAX's checkify
+index check would flag the reads past the end that "fill" makes on purpose. Its alternative
+reads each index out of bounds as index 0 (``zeroed``, a select on the in-bounds mask the fill's
+select reads too): every read in bounds, and a loop LLVM vectorises where it leaves the clamped
+one scalar. With AVX-512, GatherElements along axis 0 with rows of 16-21, along the last axis and
+Gather of 1-D data with rows of 17-22 (uint8, bfloat16, float32; 2 MiB), clamped, took 1.24-1.96x
+the zeroed time and up to 1.9x jnp's fill (zeroed: 0.38-1.10 of jnp's); at the other lengths of
+16-32 zeroed took 0.86-1.18x the clamped time, mostly more (as XLA compiles for AVX2, the probe
+reads no length zeroed). Those are the row lengths where the two programs' IR says so.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from jax_gather._traced_bounds import in_bounds_mask
 from jax_gather.plans import GatherPlan, trailing_slice
 
 PROBED_MAX_ROW = 64
-# The least output of the checked mode's fill whose programs are probed: below it a call in the
+# The least output of a fill whose programs are probed: below it a call in the
 # band lost 5-15 us (2-8 KiB of output, noisy), against the probe's compiles, paid once a site
 # (0.07-0.11 s, on a program whose own first compile took 0.06-0.08 s).
 FILL_PROBED_MIN_BYTES = 16 << 10
@@ -102,9 +103,9 @@ def clamp_stops_the_vector_loop(
 def clamp_stops_the_fill_loop(
     plan: GatherPlan, shape: tuple, dtype: Any, indices: Any, low: Lowering
 ) -> bool:
-    """The same question of the checked mode's fill under a trace (a gather of clamped indices,
-    then a select of the fill where they were out of bounds): whether the gather would read its
-    indices in vector loads only normalised. Asked from FILL_PROBED_MIN_BYTES of output."""
+    """The same question of a fill ("fill", and "checked" under a trace): whether its gather would
+    read its indices in vector loads zeroed (see the module's docstring) where clamped it has no
+    vector. Asked from FILL_PROBED_MIN_BYTES of output."""
     if low.forward is not None or low.fill is not None:  # the probe's program is the select's
         return False
     out_bytes = math.prod(plan.output_shape) * element_bits(dtype) // 8 if static(plan.output_shape) else 0
@@ -137,9 +138,7 @@ def _probed(
     def program(low: Lowering, free: bool) -> Any:
         if fills:
             zero = lambda d: jnp.zeros((), d.dtype)
-            return lambda d, i: gather_or_fill(
-                d, i, in_bounds_mask(plan, i), zero(d), plan, low, unclamped=free
-            )
+            return lambda d, i: gather_or_fill(d, i, in_bounds_mask(plan, i), zero(d), plan, low, zeroed=free)
         return lambda d, i: gather(d, i, plan, low, clip=False, unclamped=free)
 
     def irs(low: Lowering, free: bool) -> list[str]:

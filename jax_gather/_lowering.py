@@ -186,12 +186,12 @@ def gather_or_fill(
     fill: jax.Array,
     plan: GatherPlan,
     low: Lowering,
-    unclamped: bool = False,
+    zeroed: bool = False,
 ) -> jax.Array:
     """The gather of "fill": ``fill`` wherever ``ok`` (one flag per index, or per index tuple)
-    is False. ``unclamped``: the gather reads the indices only normalised (the checked mode's,
-    where jax_gather._cpu_clamp says so), its own clamp keeping each read in the array."""
-    idx = index_vectors(plan, indices, clip=False, unclamped=unclamped)
+    is False. ``zeroed``: an index out of bounds is read as index 0 rather than clamped (where
+    jax_gather._cpu_clamp says so; see working_indices)."""
+    idx = index_vectors(plan, indices, clip=False, zeroed=zeroed)
     if low.fill is None:
         fill_then = select_fill if low.derivative else _select_fill_dropping  # its tangent reads in bounds
         return fill_then(data, idx, ok, fill, indices, plan, low)

@@ -171,7 +171,12 @@ def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.
 
 
 def working_indices(
-    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, unclamped: bool = False
+    plan: GatherPlan,
+    indices: jax.Array,
+    clip: bool,
+    past_end: bool = False,
+    unclamped: bool = False,
+    zeroed: bool = False,
 ) -> jax.Array:
     """Indices as the gather reads them: narrowed with saturation, negatives normalised, and
     clamped into [0, s-1]. With ``clip`` an out-of-bounds index goes to the nearest end of
@@ -180,7 +185,9 @@ def working_indices(
     With ``past_end`` every out-of-bounds index becomes ``s`` instead, and every in-bounds one
     stays in [0, s-1]: the slot of a data padded by one ``fill_value`` on each indexed axis.
     With ``unclamped`` (for indices promised to be in bounds, where :func:`clamp_pays` says
-    not), negatives are normalised and nothing more.
+    not), negatives are normalised and nothing more. With ``zeroed`` (for a fill, where
+    jax_gather._cpu_clamp says so) negatives are normalised and every out-of-bounds index
+    becomes 0, by a select on the in-bounds mask (the one the fill's select reads).
 
     Clamping here, rather than leaving it to the gather's native clamp, keeps every index the
     gather sees in bounds, so JAX's own checkify index checks never flag a position that a
@@ -190,7 +197,7 @@ def working_indices(
     """
     target = _index_dtype(plan)
     sizes = axis_sizes(plan, target)
-    work = lambda i, s: _working(_saturate(i, target), s, clip, past_end, unclamped)
+    work = lambda i, s: _working(_saturate(i, target), s, clip, past_end, unclamped, zeroed)
     batched = bool(plan.dimension_numbers.operand_batching_dims)
     by_component = batched or past_end
     if plan.tuple_indices and by_component and isinstance(sizes, np.ndarray) and sizes.shape[0] > 1:
@@ -205,10 +212,16 @@ def working_indices(
     return work(indices, sizes)
 
 
-def _working(indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamped: bool) -> jax.Array:
+def _working(
+    indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamped: bool, zeroed: bool = False
+) -> jax.Array:
     """working_indices of ``indices``, already in the working dtype, against ``sizes`` in it."""
     if unclamped:
         return _normalised_unclamped(indices, sizes)
+    if zeroed:
+        u, s = _as_unsigned(indices, sizes)
+        zero = jnp.zeros((), indices.dtype)
+        return jnp.where(jnp.minimum(u, u + s) < s, _normalised_unclamped(indices, sizes), zero)
     if clip:
         indices = jnp.maximum(indices, -sizes)
     u, s = _as_unsigned(indices, sizes)
@@ -288,10 +301,15 @@ def _normalised_unclamped(indices: jax.Array, sizes: Any) -> jax.Array:
 
 
 def index_vectors(
-    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, unclamped: bool = False
+    plan: GatherPlan,
+    indices: jax.Array,
+    clip: bool,
+    past_end: bool = False,
+    unclamped: bool = False,
+    zeroed: bool = False,
 ) -> jax.Array:
     """``working_indices`` with the index-vector dim the gather expects."""
-    idx = working_indices(plan, indices, clip, past_end, unclamped)
+    idx = working_indices(plan, indices, clip, past_end, unclamped, zeroed)
     return idx if plan.tuple_indices else idx[..., None]
 
 

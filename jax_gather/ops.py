@@ -150,7 +150,7 @@ def _library_form(
     if checks:
         indices = check_in_bounds(plan, indices, ok)
     if mode.fills:
-        low, unclamped = _cpu.gather_lowering(plan, data.shape, data.dtype, indices, mode)
+        low, zeroed = _cpu.gather_lowering(plan, data.shape, data.dtype, indices, mode)
         if constant_indices:
             low = dataclasses.replace(low, pins_from_data=True)
         if plan.tuple_indices:
@@ -163,7 +163,7 @@ def _library_form(
     if plan.data_block is not None:
         data = lax.slice(data, (0,) * data.ndim, plan.data_block)
     if mode.fills:
-        out = _lowering.gather_or_fill(data, indices, ok, fill, plan, low, unclamped=unclamped)
+        out = _lowering.gather_or_fill(data, indices, ok, fill, plan, low, zeroed=zeroed)
     else:
         clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
         low, unclamped = _cpu.gather_lowering(plan, data.shape, data.dtype, indices, mode)

@@ -1629,9 +1629,10 @@ def test_a_promise_keeps_the_clamp_on_element_rows_past_the_probed_length():
     assert extra == 2 * ids.size
 
 
-# Sites of the checked mode's fill (80-368 KiB of output), two in AVX-512's band on the AMD EPYC.
+# Sites of a fill (80-368 KiB of output), three in AVX-512's band on the AMD EPYC.
 FILL_ROW_SITES = {
     "elements axis 0 uint8, rows of 20": (0, (4096, 20), (4096, 20), np.uint8),
+    "elements axis 0 float32, rows of 16": (0, (4096, 16), (4096, 16), np.float32),
     "elements last axis float32, rows of 20": (-1, (4096, 20), (4096, 20), np.float32),
     "elements last axis float32, rows of 16": (-1, (4096, 16), (4096, 16), np.float32),
     "1-D data, rows of 23": (None, (4096,), (4096, 23), np.uint8),
@@ -1640,10 +1641,10 @@ FILL_ROW_SITES = {
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("site", list(FILL_ROW_SITES))
-def test_the_checked_fill_reads_element_rows_unclamped_exactly_where_the_clamp_stops_their_vector_loop(
+def test_a_fill_reads_element_rows_by_zeroed_indices_exactly_where_the_clamp_stops_their_vector_loop(
     site, monkeypatch
 ):
-    # On this CPU: the library's program under jit is the one of unclamped indices exactly where
+    # On this CPU: the library's program under jit is the one of zeroed indices exactly where
     # that one reads its indices in vector loads and the clamped one has no vector at all.
     axis, shape, index_shape, dtype = FILL_ROW_SITES[site]
     rng = np.random.default_rng(0)
@@ -1659,7 +1660,7 @@ def test_the_checked_fill_reads_element_rows_unclamped_exactly_where_the_clamp_s
         jax.clear_caches()
         lowered[forced] = jax.jit(ours).lower(*_on_cpu(data, ids))
     flops = {forced: _flops(low.compile()) for forced, low in lowered.items()}
-    assert flops[False] != flops[True]  # the clamp's arithmetic
+    assert flops[False] != flops[True]  # the clamp against the select
     clamped, unclamped = (_cpu_client.kernel_irs(lowered[forced]) for forced in (False, True))
     fact = not any(re.search(r"<\d+ x ", ir) for ir in clamped) and any(
         re.search(r"= load <\d+ x i32>", ir) for ir in unclamped
@@ -1667,7 +1668,7 @@ def test_the_checked_fill_reads_element_rows_unclamped_exactly_where_the_clamp_s
     assert flops[None] == flops[fact], f"{site}: the clamp stops the vector loop: {fact}"
 
 
-def test_the_checked_fill_is_probed_from_its_least_output(monkeypatch):
+def test_a_fill_is_probed_from_its_least_output(monkeypatch):
     asked = []
     monkeypatch.setattr(_cpu_clamp, "_probed", lambda *args, **kwargs: asked.append(args[1:5]) or True)
     fewest = -(-_cpu_clamp.FILL_PROBED_MIN_BYTES // 20)  # rows of 20 uint8

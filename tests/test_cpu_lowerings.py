@@ -1725,11 +1725,11 @@ def test_a_promise_of_few_indices_reads_negatives_and_checked_reports_a_broken_o
 
 @needs_cpu_lowerings
 @pytest.mark.parametrize("axis", [0, -1, None], ids=["elements axis 0", "elements last axis", "1-D data"])
-def test_the_checked_fill_read_unclamped_is_numpys_differentiates_as_numpy_and_reports_the_librarys_error(
+def test_a_fill_of_zeroed_indices_is_numpys_differentiates_as_numpy_and_jaxs_checks_flag_no_read(
     axis, monkeypatch
 ):
-    # Forced on any CPU: the checked mode's fill of element rows as where _cpu_clamp's probe says
-    # the clamp stops the vector loop (indices only normalised, XLA's own clamp keeping reads in).
+    # Forced on any CPU: the fill of element rows as where _cpu_clamp's probe says the clamp
+    # stops the vector loop (indices normalised, index 0 for each out of bounds).
     monkeypatch.setattr(_cpu, "clamp_stops_the_fill_loop", lambda *args: True)
     jax.clear_caches()
     rng = np.random.default_rng(11)
@@ -1737,30 +1737,30 @@ def test_the_checked_fill_read_unclamped_is_numpys_differentiates_as_numpy_and_r
     data = rng.standard_normal(shape).astype(np.float32)
     indices = make_wild_indices((9, 20), size, np.int32, 3)
     if axis is None:
-        op = lambda d, i, mode="checked": jax_gather.gather(d, i, mode=mode)
+        op = lambda d, i, mode="checked": jax_gather.gather(d, i, mode=mode, fill_value=-1.0)
         plan, ref = plans.gather_plan(shape, indices.shape, 0), reference.gather
     else:
-        op = lambda d, i, mode="checked": jax_gather.gather_elements(d, i, axis, mode=mode)
+        op = lambda d, i, mode="checked": jax_gather.gather_elements(d, i, axis, mode=mode, fill_value=-1.0)
         plan = plans.gather_elements_plan(shape, indices.shape, axis)
         ref = functools.partial(reference.gather_elements, axis=axis)
-    assert _cpu.gather_lowering(plan, shape, np.float32, indices, Mode.CHECKED)[1]  # read unclamped
-    assert not _cpu.gather_lowering(plan, shape, np.float32, indices, Mode.FILL)[1]
-    nan = _fill.default_fill_value(np.float32)  # the checked mode's fill under jit
-    np.testing.assert_array_equal(jax.jit(op)(data, indices), ref(data, indices, mode="fill", fill=nan))
-    weights = rng.standard_normal(indices.shape).astype(np.float32)
-    grad = jax.jit(jax.grad(lambda d, i: (op(d, i) * weights).sum()))(data, indices)
     ok, at = (indices >= -size) & (indices < size), np.where(indices < 0, indices + size, indices)
     rows, cols = np.nonzero(ok)
+    weights = rng.standard_normal(indices.shape).astype(np.float32)
     expected = np.zeros_like(data)
     np.add.at(expected, {None: at[ok], 0: (at[ok], cols), -1: (rows, at[ok])}[axis], weights[ok])
-    np.testing.assert_allclose(grad, expected, rtol=1e-6)
-    # Out of bounds, the library's check is the error a user sees, also beside JAX's own checks
-    # (which flag the unclamped read after it).
+    for mode in (Mode.CHECKED, Mode.FILL):
+        assert _cpu.gather_lowering(plan, shape, np.float32, indices, mode)[1]  # zeroed
+        fn = functools.partial(op, mode=mode.value)
+        np.testing.assert_array_equal(jax.jit(fn)(data, indices), ref(data, indices, mode="fill", fill=-1.0))
+        grad = jax.jit(jax.grad(lambda d, i: (fn(d, i) * weights).sum()))(data, indices)
+        np.testing.assert_allclose(grad, expected, rtol=1e-6)
+    # Every read in bounds: JAX's own checks flag none in "fill"; in "checked" the library's
+    # check is the error a user sees.
+    checkify.checkify(jax.jit(functools.partial(op, mode="fill")), errors=checkify.all_checks)(data, indices)[
+        0
+    ].throw()
     bad = tuple(np.argwhere(~ok)[0])
     message = rf"{plan.op_name}: indices\[{bad[0]}, {bad[1]}\] = {indices[bad]} is out of bounds"
     for errors in (checkify.user_checks, checkify.all_checks):
         with pytest.raises(IndexError, match=message):
             jax_gather.checked(jax.jit(op), errors=errors)(data, indices)
-    # "fill" reads out of bounds on purpose, clamped: JAX's own checks flag nothing.
-    fill = jax.jit(functools.partial(op, mode="fill"))
-    checkify.checkify(fill, errors=checkify.all_checks)(data, indices)[0].throw()
