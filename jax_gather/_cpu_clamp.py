@@ -24,7 +24,7 @@ both loops were vectorised (AVX-512, AVX2; the clamp 0.91-1.06).
 A fill (a gather of clamped indices, then a select of the fill where they were out of bounds)
 has the same band one row length lower, but its indices cannot go unclamped: JAX's checkify
 index check would flag the reads past the end that "fill" makes on purpose. Its alternative
-reads each index out of bounds as index 0 (``zeroed``, a select on the in-bounds mask the fill's
+reads each index out of bounds as index 0 (zeroed_vectors, a select on the in-bounds mask the fill's
 select reads too): every read in bounds, and a loop LLVM vectorises where it leaves the clamped
 one scalar. With AVX-512, GatherElements along axis 0 with rows of 16-21, along the last axis and
 Gather of 1-D data with rows of 17-22 (uint8, bfloat16, float32; 2 MiB), clamped, took 1.24-1.96x

@@ -36,7 +36,7 @@ from jax_gather._fill import (
     xla_cpu_keeps_bits,
 )
 from jax_gather._fill_pin import one_pin, opaque_fill
-from jax_gather._traced_bounds import dropping_vectors, in_range_vectors, index_vectors
+from jax_gather._traced_bounds import dropping_vectors, in_range_vectors, index_vectors, zeroed_vectors
 from jax_gather.plans import GatherPlan, one_slice
 
 PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS
@@ -190,8 +190,8 @@ def gather_or_fill(
 ) -> jax.Array:
     """The gather of "fill": ``fill`` wherever ``ok`` (one flag per index, or per index tuple)
     is False. ``zeroed``: an index out of bounds is read as index 0 rather than clamped (where
-    jax_gather._cpu_clamp says so; see working_indices)."""
-    idx = index_vectors(plan, indices, clip=False, zeroed=zeroed)
+    jax_gather._cpu_clamp says so: zeroed_vectors)."""
+    idx = zeroed_vectors(plan, indices) if zeroed else index_vectors(plan, indices, clip=False)
     if low.fill is None:
         fill_then = select_fill if low.derivative else _select_fill_dropping  # its tangent reads in bounds
         return fill_then(data, idx, ok, fill, indices, plan, low)

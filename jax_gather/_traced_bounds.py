@@ -171,12 +171,7 @@ def check_in_bounds(plan: GatherPlan, indices: jax.Array, ok: jax.Array) -> jax.
 
 
 def working_indices(
-    plan: GatherPlan,
-    indices: jax.Array,
-    clip: bool,
-    past_end: bool = False,
-    unclamped: bool = False,
-    zeroed: bool = False,
+    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, unclamped: bool = False
 ) -> jax.Array:
     """Indices as the gather reads them: narrowed with saturation, negatives normalised, and
     clamped into [0, s-1]. With ``clip`` an out-of-bounds index goes to the nearest end of
@@ -185,9 +180,7 @@ def working_indices(
     With ``past_end`` every out-of-bounds index becomes ``s`` instead, and every in-bounds one
     stays in [0, s-1]: the slot of a data padded by one ``fill_value`` on each indexed axis.
     With ``unclamped`` (for indices promised to be in bounds, where :func:`clamp_pays` says
-    not), negatives are normalised and nothing more. With ``zeroed`` (for a fill, where
-    jax_gather._cpu_clamp says so) negatives are normalised and every out-of-bounds index
-    becomes 0, by a select on the in-bounds mask (the one the fill's select reads).
+    not), negatives are normalised and nothing more.
 
     Clamping here, rather than leaving it to the gather's native clamp, keeps every index the
     gather sees in bounds, so JAX's own checkify index checks never flag a position that a
@@ -197,7 +190,7 @@ def working_indices(
     """
     target = _index_dtype(plan)
     sizes = axis_sizes(plan, target)
-    work = lambda i, s: _working(_saturate(i, target), s, clip, past_end, unclamped, zeroed)
+    work = lambda i, s: _working(_saturate(i, target), s, clip, past_end, unclamped)
     batched = bool(plan.dimension_numbers.operand_batching_dims)
     by_component = batched or past_end
     if plan.tuple_indices and by_component and isinstance(sizes, np.ndarray) and sizes.shape[0] > 1:
@@ -212,16 +205,10 @@ def working_indices(
     return work(indices, sizes)
 
 
-def _working(
-    indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamped: bool, zeroed: bool = False
-) -> jax.Array:
+def _working(indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamped: bool) -> jax.Array:
     """working_indices of ``indices``, already in the working dtype, against ``sizes`` in it."""
     if unclamped:
         return _normalised_unclamped(indices, sizes)
-    if zeroed:
-        u, s = _as_unsigned(indices, sizes)
-        zero = jnp.zeros((), indices.dtype)
-        return jnp.where(jnp.minimum(u, u + s) < s, _normalised_unclamped(indices, sizes), zero)
     if clip:
         indices = jnp.maximum(indices, -sizes)
     u, s = _as_unsigned(indices, sizes)
@@ -301,15 +288,20 @@ def _normalised_unclamped(indices: jax.Array, sizes: Any) -> jax.Array:
 
 
 def index_vectors(
-    plan: GatherPlan,
-    indices: jax.Array,
-    clip: bool,
-    past_end: bool = False,
-    unclamped: bool = False,
-    zeroed: bool = False,
+    plan: GatherPlan, indices: jax.Array, clip: bool, past_end: bool = False, unclamped: bool = False
 ) -> jax.Array:
     """``working_indices`` with the index-vector dim the gather expects."""
-    idx = working_indices(plan, indices, clip, past_end, unclamped, zeroed)
+    idx = working_indices(plan, indices, clip, past_end, unclamped)
+    return idx if plan.tuple_indices else idx[..., None]
+
+
+def zeroed_vectors(plan: GatherPlan, indices: jax.Array) -> jax.Array:
+    """Index vectors for a fill where jax_gather._cpu_clamp says so: negatives normalised, and 0
+    for each index out of bounds, by a select on the in-bounds mask (the one the fill's select
+    reads, which XLA computes once). Every read stays in bounds, as clamped ones do."""
+    target = _index_dtype(plan)
+    idx = _normalised_unclamped(_saturate(indices, target), axis_sizes(plan, target))
+    idx = jnp.where(in_bounds_mask(plan, indices), idx, jnp.zeros((), idx.dtype))
     return idx if plan.tuple_indices else idx[..., None]
 
 

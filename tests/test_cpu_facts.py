@@ -1580,6 +1580,13 @@ ELEMENT_ROW_SITES = {
 }
 
 
+def _element_site(site):
+    """The axis, zero data and int32 ids in and out of bounds of a site (axis, shapes, dtype)."""
+    axis, shape, index_shape, dtype = site
+    ids = np.random.default_rng(0).integers(-shape[0], shape[0], index_shape).astype(np.int32)
+    return axis, np.zeros(shape, dtype), ids
+
+
 def _element_call(axis):
     if axis is None:
         ours = lambda d, i: jax_gather.gather(d, i, mode="promise_in_bounds")
@@ -1597,9 +1604,7 @@ def test_a_promise_leaves_element_rows_unclamped_exactly_where_the_clamp_stops_t
 ):
     # On this CPU: the library's program is jnp's (no clamp) exactly where jnp's loop reads its
     # indices in vector loads and the clamped program has no vector at all (_cpu_clamp).
-    axis, shape, index_shape, dtype = ELEMENT_ROW_SITES[site]
-    rng = np.random.default_rng(0)
-    data, ids = np.zeros(shape, dtype), rng.integers(-shape[0], shape[0], index_shape).astype(np.int32)
+    axis, data, ids = _element_site(ELEMENT_ROW_SITES[site])
     ours, theirs = _element_call(axis)
     jax.clear_caches()
     extra = _flops(jax.jit(ours).lower(*_on_cpu(data, ids)).compile()) - _flops(
@@ -1646,9 +1651,7 @@ def test_a_fill_reads_element_rows_by_zeroed_indices_exactly_where_the_clamp_sto
 ):
     # On this CPU: the library's program under jit is the one of zeroed indices exactly where
     # that one reads its indices in vector loads and the clamped one has no vector at all.
-    axis, shape, index_shape, dtype = FILL_ROW_SITES[site]
-    rng = np.random.default_rng(0)
-    data, ids = np.zeros(shape, dtype), rng.integers(-shape[0], shape[0], index_shape).astype(np.int32)
+    axis, data, ids = _element_site(FILL_ROW_SITES[site])
     if axis is None:
         ours = lambda d, i: jax_gather.gather(d, i)
     else:
