@@ -24,13 +24,13 @@ both loops were vectorised (AVX-512, AVX2; the clamp 0.91-1.06).
 A fill (a gather of clamped indices, then a select of the fill where they were out of bounds)
 has the same band one row length lower, but its indices cannot go unclamped: JAX's checkify
 index check would flag the reads past the end that "fill" makes on purpose. Its alternative
-reads each index out of bounds as index 0 (zeroed_vectors, a select on the in-bounds mask the fill's
-select reads too): every read in bounds, and a loop LLVM vectorises where it leaves the clamped
-one scalar. With AVX-512, GatherElements along axis 0 with rows of 16-21, along the last axis and
-Gather of 1-D data with rows of 17-22 (uint8, bfloat16, float32; 2 MiB), clamped, took 1.24-1.96x
-the zeroed time and up to 1.9x jnp's fill (zeroed: 0.38-1.10 of jnp's); at the other lengths of
-16-32 zeroed took 0.86-1.18x the clamped time, mostly more (as XLA compiles for AVX2, the probe
-reads no length zeroed). Those are the row lengths where the two programs' IR says so.
+reads each index out of bounds as index 0 (jax_gather._traced_bounds.zeroed_vectors): every read
+in bounds, and a loop LLVM vectorises where it leaves the clamped one scalar. With AVX-512,
+GatherElements along axis 0 with rows of 16-21, along the last axis and Gather of 1-D data with
+rows of 17-22 (uint8, bfloat16, float32; 2 MiB), clamped, took 1.24-1.96x the zeroed time and up
+to 1.9x jnp's fill (zeroed: 0.38-1.10 of jnp's); at the other lengths of 16-32 zeroed took
+0.86-1.18x the clamped time, mostly more (as XLA compiles for AVX2, the probe reads no length
+zeroed). Those are the row lengths where the two programs' IR says so.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ from jax_gather._traced_bounds import in_bounds_mask
 from jax_gather.plans import GatherPlan, trailing_slice
 
 PROBED_MAX_ROW = 64
-# The least output of a fill whose programs are probed: below it a call in the
-# band lost 5-15 us (2-8 KiB of output, noisy), against the probe's compiles, paid once a site
-# (0.07-0.11 s, on a program whose own first compile took 0.06-0.08 s).
+# The least output of a fill whose programs are probed: below it a call in the band lost 5-15 us
+# (2-8 KiB of output, noisy), against the probe's compiles, paid once a site (0.07-0.11 s, on a
+# program whose own first compile took 0.06-0.08 s).
 FILL_PROBED_MIN_BYTES = 16 << 10
 
 _ANY_VECTOR = re.compile(r"<\d+ x ")
@@ -144,5 +144,7 @@ def _probed(
     def irs(low: Lowering, free: bool) -> list[str]:
         return kernel_irs(lowered_for_cpu(program(low, free), (shape, dtype), (index_shape, index_dtype)))
 
-    clamped_irs = irs(clamped, False)  # the unclamped program is compiled only if this has no vector
-    return bool(clamped_irs) and not _vectorised(clamped_irs) and _loads_index_vectors(irs(unclamped, True))
+    clamped_irs = irs(clamped, False)
+    if not clamped_irs or _vectorised(clamped_irs):  # the other program is compiled only if not
+        return False
+    return vector_loop_only_unclamped(clamped_irs, irs(unclamped, True))
