@@ -80,6 +80,7 @@ from jax_gather._cpu_split import (
     jnp_splits_its_element_loop,
     jnp_splits_its_index_loop,
     nd_fill_loop_splits,
+    pad_loop_splits_alone,
 )
 from jax_gather._fill import clamped_bits, element_bits, narrow_float
 from jax_gather._fill_pin import opaque_fill
@@ -297,11 +298,12 @@ def _short_lookup(site: Site) -> bool:
 
 
 def _reads_little(site: Site) -> bool:
-    """SHORT_LOOKUP_MAX_LINES of cache lines where XLA:CPU splits the select's loop into tasks;
-    on one core, SHORT_LOOKUP_MAX_LINES_ONE_CORE in SHORT_LOOKUP_MAX_RUNS_ONE_CORE runs."""
+    """SHORT_LOOKUP_MAX_LINES of cache lines where XLA:CPU splits the select's loop into tasks,
+    and not where it splits the pad's loop alone (one slice from 512 KiB of data); on one core,
+    SHORT_LOOKUP_MAX_LINES_ONE_CORE in SHORT_LOOKUP_MAX_RUNS_ONE_CORE runs."""
     runs, lines = runs_and_lines(site.plan, site.shape, site.dtype)
     if xla_splits_loops():
-        return lines <= SHORT_LOOKUP_MAX_LINES
+        return lines <= SHORT_LOOKUP_MAX_LINES and not pad_loop_splits_alone(*site.counted)
     return lines <= SHORT_LOOKUP_MAX_LINES_ONE_CORE and runs <= SHORT_LOOKUP_MAX_RUNS_ONE_CORE
 
 
@@ -316,10 +318,9 @@ def _nd_two_loops(site: Site) -> bool:
     elements = math.prod(site.plan.slice_sizes) == 1
     if not (_unbatched_tuples(site.plan) and elements and xla_splits_loops()):
         return False
-    counted = (site.plan, site.shape, site.dtype, site.components)
     jnps = jnp_splits_its_index_loop(site.components)
-    jnps = jnps or (converted_on_the_way(site.dtype) and jnp_splits_its_element_loop(*counted))
-    return nd_fill_loop_splits(*counted) and not jnps
+    jnps = jnps or (converted_on_the_way(site.dtype) and jnp_splits_its_element_loop(*site.counted))
+    return nd_fill_loop_splits(*site.counted) and not jnps
 
 
 def _nd_written_indices(site: Site) -> bool:
@@ -333,8 +334,7 @@ def _nd_written_indices(site: Site) -> bool:
     slices = site.index_flops is None and math.prod(site.plan.slice_sizes) > 1 and not one
     if not (_unbatched_tuples(site.plan) and slices and xla_splits_loops()):
         return False
-    counted = (site.plan, site.shape, site.dtype, site.components)
-    return and_loop_splits(*counted) and indexed_loop_splits(*counted)
+    return and_loop_splits(*site.counted) and indexed_loop_splits(*site.counted)
 
 
 def _unbatched_tuples(plan: GatherPlan) -> bool:

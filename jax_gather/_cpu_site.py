@@ -46,6 +46,11 @@ class Site:
         return math.prod(batch) * len(dn.start_index_map)
 
     @property
+    def counted(self) -> tuple:
+        """(plan, shape, dtype, components): what the split counts of ``_cpu_split`` read."""
+        return self.plan, self.shape, self.dtype, self.components
+
+    @property
     def output_bytes(self) -> int:
         return math.prod(self.plan.output_shape) * element_bits(self.dtype) // 8
 

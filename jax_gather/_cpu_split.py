@@ -124,6 +124,22 @@ def jnp_splits_its_select_loop(plan: GatherPlan, shape: tuple, dtype: np.dtype, 
     return loop_splits(flops, nbytes) or nbytes >= SPLIT_ANYWAY_BYTES
 
 
+def pad_loop_splits_alone(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
+    """Whether XLA:CPU splits the loop of a lookup read from data padded with the fill
+    (``_cpu_fills.read_fill_from_pad``) where it keeps jnp's whole. The pad's loop counts a few
+    flops and, as bytes, its indices, output and all of data (:func:`_slice_fill_bytes`), and so
+    does jnp's gather of two index tuples or more; of one, XLA makes jnp's gather a dynamic slice,
+    counted as the slice's bytes read, the output's written and the indices'. Measured (AMD EPYC,
+    JAX 0.10.2, paired against jnp's "fill"): one row of 1024-16384 bool, int8 or float32 from
+    0.6-64 MiB of data, the pad's loop split and jnp's not, 1.13-1.65x its time; from less data
+    0.87-0.90; one row whose own loop splits in jnp's too (65536 float32) 0.20, two rows or more
+    (jnp's program split, and on a worker thread) 0.11-0.16."""
+    k = len(plan.dimension_numbers.start_index_map)
+    slice_bytes = math.prod(plan.slice_sizes) * element_bits(dtype) // 8
+    jnps = components > k or 2 * slice_bytes + 4 * k >= SPLIT_ANYWAY_BYTES
+    return _slice_fill_bytes(plan, shape, dtype, components) >= SPLIT_ANYWAY_BYTES and not jnps
+
+
 def indexed_loop_splits(plan: GatherPlan, shape: tuple, dtype: np.dtype, components: int) -> bool:
     """Whether XLA:CPU splits the gather's loop of a fill of index tuples that read slices, their
     flag reduced in a loop of its own (the generic program), where it keeps jnp's loops whole and

@@ -576,6 +576,56 @@ def test_a_column_lookup_read_from_a_pad_runs_on_the_calling_thread_and_its_sele
     assert _flops(jax.jit(padded).lower(*_on_cpu(data, ids)).compile()) < _cpu_client.INLINE_FLOPS
 
 
+def _one_slice_lookup(op: str, shape: tuple, indices_shape: tuple):
+    """The library's call of ``op``, jnp's "fill" of it and its plan."""
+    fill = lambda d, index: d.at[index].get(mode="fill")
+    if op == "GatherND":
+        plan = plans.gather_nd_plan(shape, indices_shape)
+        return lambda d, i: jax_gather.gather_nd(d, i), lambda d, i: fill(d, i[:, 0]), plan
+    if op == "batched":
+        ours = lambda d, i: jax_gather.gather(d, i, 1, batch_dims=1)
+        return ours, jax.vmap(fill), plans.gather_plan(shape, indices_shape, 1, 1)
+    axis = 1 if op == "column" else 0
+    jnps = lambda d, i: fill(d, (slice(None),) * axis + (i,))
+    return lambda d, i: jax_gather.gather(d, i, axis), jnps, plans.gather_plan(shape, indices_shape, axis)
+
+
+ONE_SLICE_LOOKUPS = [  # about SPLIT_ANYWAY_BYTES of the pad's loop
+    ("GatherND", (436, 1199), (1, 1), np.bool_),  # 523967 bytes: no split
+    ("GatherND", (437, 1199), (1, 1), np.bool_),  # 525166
+    ("GatherND", (437, 1199), (2, 1), np.bool_),  # jnp's gather counts all of data too
+    ("Gather", (16, 65535), (1,), np.float32),
+    ("Gather", (16, 65536), (1,), np.float32),  # jnp's slice and output: 512 KiB and its index
+    ("column", (1199, 437), (1,), np.bool_),
+    ("batched", (1, 437, 1199), (1, 1), np.bool_),
+]
+
+
+@needs_cpu_lowerings
+@pytest.mark.parametrize("op, shape, indices_shape, dtype", ONE_SLICE_LOOKUPS, ids=str)
+def test_xla_splits_the_pad_loop_of_one_slice_alone_exactly_where_counted(
+    monkeypatch, op, shape, indices_shape, dtype
+):
+    # Why short_lookup_fill_from_pad leaves one slice from SPLIT_ANYWAY_BYTES of data to jnp's
+    # program: XLA counts all of the padded data among the bytes of the pad's loop, and of jnp's
+    # gather of one index tuple (a dynamic slice) only the slice's; of two, all of data's too.
+    ours, jnps, plan = _one_slice_lookup(op, shape, indices_shape)
+    data, indices = np.zeros(shape, dtype), np.zeros(indices_shape, np.int32)
+    monkeypatch.setattr(_cpu, "pad_loop_splits_alone", lambda *counted: False)
+    jax.clear_caches()  # no program traced with the rule in place, nor one without it after
+    _cpu._choose.cache_clear()
+    try:
+        padded = _compiled_text(ours, data, indices)
+    finally:
+        jax.clear_caches()
+        _cpu._choose.cache_clear()
+    assert " pad(" in padded and "select" not in padded
+    split = lambda text: "outer_dimension_partitions" in text
+    alone = split(padded) and not split(_compiled_text(jnps, data, indices))
+    counted = _cpu_site.Site(plan, shape, np.dtype(dtype), False, 1).counted
+    assert alone == (_cpu_client.xla_splits_loops() and _cpu_split.pad_loop_splits_alone(*counted))
+
+
 @needs_cpu_lowerings
 def test_rows_in_bytes_count_flops_over_all_of_data():
     # Why short lookups keep their rows as they are: in bytes the program leaves the calling thread.

@@ -367,6 +367,13 @@ LOOKUP_LIMITS = [
     ((8192, 8192), np.float32, plans.gather_plan((8192, 8192), (S,), 0), True, False),  # 128 rows: 4 MiB
     ((512, 65536), np.float32, plans.gather_plan((512, 65536), (S // 4,), 0), True, False),  # 8 MiB
     ((256, 65536), np.float32, plans.gather_plan((256, 65536), (S // 2,), 0), False, False),  # 16 MiB
+    # One slice: not where XLA would split the pad's loop (its bytes all of data's, from 512 KiB)
+    # and keep jnp's whole (a dynamic slice: the slice's bytes and the output's).
+    ((436, 1199), np.bool_, plans.gather_nd_plan((436, 1199), (1, 1)), True, True),
+    ((437, 1199), np.bool_, plans.gather_nd_plan((437, 1199), (1, 1)), False, True),
+    ((437, 1199), np.bool_, plans.gather_nd_plan((437, 1199), (2, 1)), True, True),  # jnp's: all data
+    ((16, 65535), np.float32, plans.gather_plan((16, 65535), (1,), 0), False, True),
+    ((16, 65536), np.float32, plans.gather_plan((16, 65536), (1,), 0), True, True),  # jnp's splits too
 ]
 # fmt: on
 
