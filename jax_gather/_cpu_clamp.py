@@ -46,16 +46,17 @@ import numpy as np
 
 from jax_gather._cpu_client import kernel_irs, lowered_for_cpu
 from jax_gather._cpu_site import static
-from jax_gather._fill import element_bits
 from jax_gather._lowering import Lowering, gather, gather_or_fill
 from jax_gather._traced_bounds import in_bounds_mask
 from jax_gather.plans import GatherPlan, trailing_slice
 
 PROBED_MAX_ROW = 64
-# The least output of a fill whose programs are probed: below it a call in the band lost 5-15 us
-# (2-8 KiB of output, noisy), against the probe's compiles, paid once a site (0.07-0.11 s, on a
-# program whose own first compile took 0.06-0.08 s).
-FILL_PROBED_MIN_BYTES = 16 << 10
+# The least output elements of a fill whose programs are probed. Measured (AMD EPYC, JAX 0.10.2,
+# rows of 19-20 the probe reads zeroed, 15 paired rounds): clamped against jnp's fill, 1.00-1.03
+# up to 500 elements, 1.03-1.13 at 760-1020 (0.2-0.7 us), 1.07-6.5 at 2040-3060 (the clamped
+# scalar loop, on a worker thread, outlasts the calling thread's wait before it sleeps: 9-32 us
+# against 5); zeroed 0.96-1.05 throughout. The probe's two compiles are paid once a site.
+FILL_PROBED_MIN_ELEMENTS = 512
 
 _ANY_VECTOR = re.compile(r"<\d+ x ")
 # A vector load of 32- or 64-bit integers: the indices, read a vector at a time.
@@ -105,11 +106,11 @@ def clamp_stops_the_fill_loop(
 ) -> bool:
     """The same question of a fill ("fill", and "checked" under a trace): whether its gather would
     read its indices in vector loads zeroed (see the module's docstring) where clamped it has no
-    vector. Asked from FILL_PROBED_MIN_BYTES of output."""
+    vector. Asked from FILL_PROBED_MIN_ELEMENTS of output."""
     if low.forward is not None or low.fill is not None:  # the probe's program is the select's
         return False
-    out_bytes = math.prod(plan.output_shape) * element_bits(dtype) // 8 if static(plan.output_shape) else 0
-    if out_bytes < FILL_PROBED_MIN_BYTES or not _asked(plan, shape, dtype, indices):
+    elements = math.prod(plan.output_shape) if static(plan.output_shape) else 0
+    if elements < FILL_PROBED_MIN_ELEMENTS or not _asked(plan, shape, dtype, indices):
         return False
     return _probed(plan, *_site(shape, dtype, indices), low, low, fills=True)
 

@@ -1724,7 +1724,7 @@ def test_a_fill_reads_element_rows_by_zeroed_indices_exactly_where_the_clamp_sto
 def test_a_fill_is_probed_from_its_least_output(monkeypatch):
     asked = []
     monkeypatch.setattr(_cpu_clamp, "_probed", lambda *args, **kwargs: asked.append(args[1:5]) or True)
-    fewest = -(-_cpu_clamp.FILL_PROBED_MIN_BYTES // 20)  # rows of 20 uint8
+    fewest = -(-_cpu_clamp.FILL_PROBED_MIN_ELEMENTS // 20)  # rows of 20 uint8
     for rows in (fewest - 1, fewest):
         ids = np.zeros((rows, 20), np.int32)
         plan = plans.gather_elements_plan((4096, 20), ids.shape, 0)
