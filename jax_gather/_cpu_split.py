@@ -134,9 +134,9 @@ def pad_loop_splits_alone(plan: GatherPlan, shape: tuple, dtype: np.dtype, compo
     0.6-64 MiB of data, the pad's loop split and jnp's not, 1.13-1.65x its time; from less data
     0.87-0.90; one row whose own loop splits in jnp's too (65536 float32) 0.20, two rows or more
     (jnp's program split, and on a worker thread) 0.11-0.16."""
-    k = len(plan.dimension_numbers.start_index_map)
-    slice_bytes = math.prod(plan.slice_sizes) * element_bits(dtype) // 8
-    jnps = components > k or 2 * slice_bytes + 4 * k >= SPLIT_ANYWAY_BYTES
+    one_tuple = components == len(plan.dimension_numbers.start_index_map)
+    # jnp's dynamic slice counts as the same loop over data of the slice's shape.
+    jnps = not one_tuple or _slice_fill_bytes(plan, plan.slice_sizes, dtype, components) >= SPLIT_ANYWAY_BYTES
     return _slice_fill_bytes(plan, shape, dtype, components) >= SPLIT_ANYWAY_BYTES and not jnps
 
 
