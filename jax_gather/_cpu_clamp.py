@@ -51,11 +51,11 @@ from jax_gather._traced_bounds import in_bounds_mask
 from jax_gather.plans import GatherPlan, trailing_slice
 
 PROBED_MAX_ROW = 64
-# The least output elements of a fill whose programs are probed. Measured (AMD EPYC, JAX 0.10.2,
-# rows of 19-20 the probe reads zeroed, 15 paired rounds): clamped against jnp's fill, 1.00-1.03
-# up to 500 elements, 1.03-1.13 at 760-1020 (0.2-0.7 us), 1.07-6.5 at 2040-3060 (the clamped
-# scalar loop, on a worker thread, outlasts the calling thread's wait before it sleeps: 9-32 us
-# against 5); zeroed 0.96-1.05 throughout. The probe's two compiles are paid once a site.
+# The least output elements of a fill whose programs are probed. Measured (AMD EPYC Zen 5, JAX
+# 0.10.2, rows of 19-20 the probe reads zeroed, 15 paired rounds): clamped against jnp's fill,
+# 1.00-1.03 up to 500 elements, 1.03-1.13 at 760-1020 (0.2-0.7 us), 1.07-6.5 at 2040-3060 (the
+# clamped scalar loop, on a worker thread, outlasts the calling thread's wait before it sleeps:
+# 9-32 us against 5); zeroed 0.96-1.05 throughout. The probe's two compiles are paid once a site.
 FILL_PROBED_MIN_ELEMENTS = 512
 
 _ANY_VECTOR = re.compile(r"<\d+ x ")

@@ -296,13 +296,13 @@ def _gathered_on_host(
             DEFAULT_DEVICE.value is not made_under and not default_device_is_cpu()
         )
         if not checked:
-            return promise(data, indices) if by_program else to_jax(recipe(data, indices, True))
+            return promise(data, indices) if by_program else to_jax(recipe(data, indices, _UNJUDGED))
         verdict = verdict_of(indices)
         if verdict is _OUT_OF_BOUNDS:
             raise_if_out_of_bounds(plan, indices)
         if by_program:
             return (in_range if verdict is _IN_RANGE else promise)(data, indices)
-        return to_jax(recipe(data, indices, verdict is not _IN_RANGE))
+        return to_jax(recipe(data, indices, verdict))
 
     return call
 
@@ -357,6 +357,7 @@ def reads_in_place(plan: GatherPlan, mode: Mode, data: Any, indices: Any) -> boo
 
 
 _OUT_OF_BOUNDS, _IN_RANGE = Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE  # read on every call: no enum lookups
+_UNJUDGED = _OUT_OF_BOUNDS  # a promise's indices, to a host recipe: anywhere
 
 
 def checked_on_device(
