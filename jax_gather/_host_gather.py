@@ -11,7 +11,9 @@ Which calls: the checked and ``promise_in_bounds`` calls of Gather without batch
 GatherElements (:func:`host_recipe`; GatherND and batched Gather have no recipe, their ``jnp``
 forms were already slower than the programs) whose result is under ``HOST_GATHER_BELOW``
 bytes, or for rows (Gather along a leading axis, rows of 16 elements or more) under
-``HOST_ROWS_BELOW``. The measurements: docs/design.md, "Eager calls".
+``HOST_ROWS_BELOW`` (of more than ``HOST_ROWS_MAX`` rows, from a table as large as the result).
+Results JAX's client would copy are written aligned (:func:`empty_for_jax`). The measurements:
+docs/design.md, "Eager calls".
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import jax
 import numpy as np
 
 from jax_gather._cpu_client import (
+    CPU_ALIGNMENT,
     CPU_COPIED_INLINE,
     DEFAULT_DEVICE,
     INT32_MAX,
@@ -47,6 +50,14 @@ HOST_ELEMENTS_MAX = 32768
 # too: 128 KiB-4 MiB took 0.10-0.94 of jnp.take's time (the program 0.80-2.08) on JAX
 # 0.4.35-0.12; 8-32 MiB of rows 0.95-1.13 (the program 1.18): AMD EPYC, docs/design.md.
 HOST_ROWS_BELOW = 8 * 2**20
+# But more rows than this, where their table is smaller than the result, run the program: its
+# gather has two cores where NumPy's take copies one row at a time on one (some 3 ns a row; the
+# program's copy of a small table is cheap). Eager calls of NumPy inputs, int64 ids a tenth
+# negative, host / program / jnp.take (AMD EPYC Zen 5, JAX 0.10.2, 11 paired rounds): float32
+# rows of 16 from 4096 by 65536 ids 1.80 / 1.25, by 40000 1.50 / 1.47, by 32768 1.03 / 1.26;
+# from 19249 rows by 77780 ids 1.31 / 1.05; uint8 rows of 96 by 77780 1.16 / 1.07, from 200000
+# rows (19 MB) 0.38 / 1.21.
+HOST_ROWS_MAX = 32768
 
 # A jitted identity: JAX forwards its argument (no program runs), so this is the C++ path's
 # transfer of a NumPy array: 5.8-6.4 µs on 129 float32, where jax.device_put took 33-37.
@@ -69,9 +80,26 @@ def to_jax(result: np.ndarray) -> jax.Array:
         return _identity(result)
     default = DEFAULT_DEVICE.value  # a device, a platform's name, or None
     aval, sharding, device = _placement(result.shape, result.dtype, X64_STATE.value, default)
-    if aval.dtype != result.dtype:  # 64-bit types with x64 off
-        result = result.astype(aval.dtype)
+    if aval.dtype != result.dtype:  # 64-bit types with x64 off, swapped bytes
+        converted = empty_for_jax(result.shape, aval.dtype)
+        np.copyto(converted, result, casting="unsafe")
+        result = converted
     return _put(aval, sharding, [result], [device], False)
+
+
+def empty_for_jax(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An empty result that JAX's CPU client takes as it is: from ``CPU_COPIED_INLINE`` bytes,
+    its data aligned to ``CPU_ALIGNMENT``, where NumPy's (16 bytes past a boundary, or any
+    multiple of 16 from a tuned heap) would be copied. Fact (JAX 0.10.2, AMD EPYC Zen 5): 2, 5
+    and 8 MiB of float32 16 bytes past a boundary took 75, 201 and 361 us to hand over, aligned
+    3.5; rows gathered here into NumPy's own result took up to 1.7x jnp.take's time."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < CPU_COPIED_INLINE:
+        return np.empty(shape, dtype)
+    buffer = np.empty(nbytes + CPU_ALIGNMENT, np.uint8)
+    start = -buffer.ctypes.data % CPU_ALIGNMENT
+    return buffer[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def _first_put(*arguments: Any) -> Any:
@@ -118,7 +146,8 @@ _IN_BOUNDS, _IN_RANGE = Verdict.IN_BOUNDS, Verdict.IN_RANGE  # read on every cal
 def host_gather(plan: GatherPlan, data: Any, indices: Any) -> Recipe | None:
     """The recipe by which an eager call of these arguments gathers on the host, or None: NumPy
     data and indices, a recipe for the plan, a result under HOST_GATHER_BELOW bytes and of
-    HOST_ELEMENTS_MAX elements or fewer (rows: under HOST_ROWS_BELOW bytes), axes that
+    HOST_ELEMENTS_MAX elements or fewer (rows: under HOST_ROWS_BELOW bytes, and HOST_ROWS_MAX
+    rows or fewer or a table of as many bytes as the result), axes that
     int32 addresses and none empty (the programs it falls back on take int32 indices, and word
     an empty axis's error) and a CPU as the default device (measured nowhere else)."""
     if type(data) is not np.ndarray or type(indices) is not np.ndarray:
@@ -131,7 +160,9 @@ def host_gather(plan: GatherPlan, data: Any, indices: Any) -> Recipe | None:
     recipe, rows = found
     elements = math.prod(plan.output_shape)
     if rows:
-        return recipe if elements * data.dtype.itemsize < HOST_ROWS_BELOW else None
+        nbytes = elements * data.dtype.itemsize
+        few = indices.size <= HOST_ROWS_MAX or data.nbytes >= nbytes
+        return recipe if nbytes < HOST_ROWS_BELOW and few else None
     small = elements * data.dtype.itemsize < HOST_GATHER_BELOW and elements <= HOST_ELEMENTS_MAX
     return recipe if small else None
 
@@ -146,7 +177,13 @@ def host_recipe(plan: GatherPlan, data_shape: tuple[int, ...]) -> tuple[Recipe, 
     axis = numbers.start_index_map[0]
     if plan.op_name == "Gather" and not numbers.operand_batching_dims:
         rows = math.prod(data_shape[:axis]) == 1 and math.prod(data_shape[axis + 1 :]) >= 16  # as measured
-        return lambda data, indices, verdict: data.take(_intp(indices), axis=axis, mode="wrap"), rows
+        shape = plan.output_shape
+
+        def gathered(data: np.ndarray, indices: np.ndarray, verdict: Verdict) -> np.ndarray:
+            out = empty_for_jax(shape, data.dtype)
+            return data.take(_intp(indices), axis=axis, out=out, mode="wrap")
+
+        return gathered, rows
     if plan.op_name == "GatherElements":
         return _elements_recipe(plan, data_shape, axis), False
     return None
@@ -178,7 +215,8 @@ def _elements_recipe(plan: GatherPlan, data_shape: tuple[int, ...], axis: int) -
         # (8192 int64 indices: 9.3 µs, where % s first took 28).
         def leading(data: np.ndarray, indices: np.ndarray, verdict: Verdict) -> np.ndarray:
             indices = _intp(indices)
-            return data.take(base() + (indices if step == 1 else indices * step), mode="wrap")
+            out = empty_for_jax(shape, data.dtype)
+            return data.take(base() + (indices if step == 1 else indices * step), out=out, mode="wrap")
 
         return leading
 
@@ -188,7 +226,9 @@ def _elements_recipe(plan: GatherPlan, data_shape: tuple[int, ...], axis: int) -
             indices = _moved_into_range(indices, size)
         elif verdict is not _IN_RANGE:
             indices = indices % size  # 1.1 µs on 128, where np.where(i < 0, i + s, i) took 2.5
-        return data.take(base() + (indices if step == 1 else indices * step))
+        # Every offset lies in data: "clip" writes into out unbuffered, where "raise" copies.
+        out = empty_for_jax(shape, data.dtype)
+        return data.take(base() + (indices if step == 1 else indices * step), out=out, mode="clip")
 
     return recipe
 

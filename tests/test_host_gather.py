@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 
 import jax_gather
-from jax_gather import _eager, _host_gather
+from jax_gather import _cpu_client, _eager, _host_gather
 from tests import ops_table
 from tests.compat import enable_x64
 from tests.programs import counting_compiles, stdout_with_cpu_devices
@@ -245,11 +245,12 @@ def test_more_elements_than_the_bound_run_the_program(name):
 
 @pytest.mark.parametrize("row", [15, 16])
 def test_rows_are_gathered_on_the_host_up_to_their_own_bound(row):
-    # Gather along a leading axis copies rows: of 16 elements and more, to HOST_ROWS_BELOW.
+    # Gather along a leading axis copies rows: of 16 elements and more, to HOST_ROWS_BELOW (from
+    # a table as large as the result: more than HOST_ROWS_MAX of them).
     rows = _host_gather.HOST_ROWS_BELOW // 4 // row + 1  # float32 rows: at the bound and past it
-    table = np.arange(3 * row, dtype=np.float32).reshape(3, row)
+    table = np.arange(rows * row, dtype=np.float32).reshape(rows, row)
     for count, taken in ((rows - 2, row == 16), (rows, False)):
-        indices = np.resize(np.array([2, -3, 1]), count)
+        indices = np.resize(np.array([2, -3, 1, rows - 1]), count)
         with handed_over() as handed:
             out = jax_gather.gather(table, indices)
         assert handed[0] == taken, (row, count)
@@ -257,6 +258,50 @@ def test_rows_are_gathered_on_the_host_up_to_their_own_bound(row):
     with handed_over() as handed:
         jax_gather.gather(table, np.array([2, -3, 1]))  # a small result, rows or not
     assert handed[0] == 1
+
+
+def test_many_rows_are_gathered_on_the_host_only_from_a_table_as_large_as_their_result():
+    # More than HOST_ROWS_MAX rows run the program, whose gather has two cores, unless their
+    # table has as many bytes as the result (the program would be handed all of it).
+    most = _host_gather.HOST_ROWS_MAX
+    for rows, count, taken in (
+        (3, most, True),
+        (3, most + 1, False),
+        (most + 1, most + 1, True),
+        (most, most + 1, False),
+    ):
+        table = np.arange(rows * 16, dtype=np.float32).reshape(rows, 16)
+        indices = np.resize(np.array([2, -3, 1]), count)
+        with handed_over() as handed:
+            out = jax_gather.gather(table, indices)
+        assert handed[0] == taken, (rows, count)
+        np.testing.assert_array_equal(out, table[indices])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.dtype(">f4")])
+@pytest.mark.parametrize("count", [3, 4096])
+def test_rows_the_client_would_copy_are_written_aligned(dtype, count, monkeypatch):
+    # From CPU_COPIED_INLINE bytes the host's rows reach JAX 64-byte aligned (converted to the
+    # dtype JAX keeps, where it differs, aligned too), so its client takes them as they are:
+    # NumPy's own result, 16 bytes past a boundary, it copies (8 MiB: 361 against 3.5 us).
+    handed, put = [], _host_gather._put
+    assert put is not None  # JAX's own transfer, probed on the first call (JAX 0.4.35-0.12)
+
+    def recorded(aval, sharding, results, *rest):
+        handed.append(results[0])
+        return put(aval, sharding, results, *rest)
+
+    monkeypatch.setattr(_host_gather, "_put", recorded)
+    table = make_data((7, 16), dtype, 0)
+    indices = np.resize(np.array([6, -7, 0, 3]), count)
+    with handed_over() as count_handed:
+        out = jax_gather.gather(table, indices)
+    assert count_handed[0] == 1
+    np.testing.assert_array_equal(out, table[indices].astype(out.dtype))
+    (result,) = handed
+    large = result.nbytes >= _cpu_client.CPU_COPIED_INLINE
+    assert large == (count > 3)
+    assert result.ctypes.data % _cpu_client.CPU_ALIGNMENT == 0 or not large
 
 
 def test_only_numpy_data_and_indices_on_a_cpu_are_gathered_on_the_host():
