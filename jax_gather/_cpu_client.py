@@ -426,6 +426,18 @@ def _narrowing_pays(indices: np.ndarray, plan: GatherPlan) -> bool:
     return max(plan.index_sizes) <= INT32_MAX
 
 
+def int32_for_cpu(indices: np.ndarray) -> np.ndarray:
+    """Host ``indices`` that fit int32, as int32: from ``CPU_COPIED_INLINE`` bytes converted
+    straight into a buffer aligned to ``CPU_ALIGNMENT``, which JAX's CPU client takes as it is
+    (one pass, where ``astype`` and then :func:`aligned_for_cpu` copied twice, and from 1 MiB
+    left the client a copy of its own)."""
+    if indices.size * 4 < CPU_COPIED_INLINE:
+        return indices.astype(np.int32)
+    converted = _aligned_int32(indices.shape)
+    np.copyto(converted, indices, casting="unsafe")
+    return converted
+
+
 def _aligned_int32(shape: tuple[int, ...]) -> np.ndarray:
     size = math.prod(shape)
     buffer = np.empty(size * 4 + CPU_ALIGNMENT, np.uint8)

@@ -45,6 +45,7 @@ from jax_gather._cpu_client import (
     aligned_for_cpu,
     data_placed,
     default_device_is_cpu,
+    int32_for_cpu,
     narrowed_in_chunks,
     on_host,
     single_device_sharding,
@@ -183,7 +184,7 @@ def make_call(
             # few, by JAX on the way (see _checked_few).
             if normalising_is_inline(indices.size):
                 return program
-            return lambda data, indices: program(data, aligned_for_cpu(indices.astype(np.int32)))
+            return lambda data, indices: program(data, int32_for_cpu(indices))
         return lambda data, indices: program(data, _narrowed(indices))
     if not on_host(indices):
         return checked_on_device(plan, programs, indices.sharding)
@@ -230,7 +231,7 @@ def make_call(
         """NumPy indices proved in [-s, s-1], as their program takes them."""
         if narrow:
             return _narrowed(indices)
-        return aligned_for_cpu(indices.astype(np.int32) if to_int32 else indices)
+        return int32_for_cpu(indices) if to_int32 else aligned_for_cpu(indices)
 
     # Where the last call's indices had negatives, the next call's go to the normalising program
     # at once, and the host judges them while it runs, without the test of [0, s-1] before the

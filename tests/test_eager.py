@@ -419,6 +419,39 @@ def test_indices_tested_and_narrowed_in_chunks(tuples, where):
     assert _cpu_client.tested_and_narrowed(aligned, plan, test) == (in_range, None)
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64, np.int16])
+def test_indices_the_client_would_copy_are_converted_to_aligned_int32(dtype):
+    # From CPU_COPIED_INLINE bytes of int32, straight into a buffer JAX's CPU client takes as it
+    # is; fewer, as astype gives them (the client copies them inline either way).
+    bound = _cpu_client.CPU_COPIED_INLINE // 4
+    for count in (bound - 1, bound):
+        values = np.arange(count, dtype=dtype) % 30000 * (-1 if np.dtype(dtype).kind == "i" else 1)
+        for source in (values, np.stack([values, values], axis=1)[:, 1]):  # contiguous and strided
+            converted = _cpu_client.int32_for_cpu(source)
+            assert converted.dtype == np.int32 and converted.shape == source.shape
+            np.testing.assert_array_equal(converted, source.astype(np.int64))
+            if count == bound:
+                assert converted.ctypes.data % _cpu_client.CPU_ALIGNMENT == 0
+                assert not np.shares_memory(converted, source)
+
+
+@pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
+def test_many_int64_numpy_indices_with_negatives_reach_their_program_as_aligned_int32(mode, monkeypatch):
+    converted = []
+    monkeypatch.setattr(
+        _eager, "int32_for_cpu", lambda i: converted.append(_cpu_client.int32_for_cpu(i)) or converted[-1]
+    )
+    monkeypatch.setattr(_host_gather, "HOST_GATHER_BELOW", 0)  # the program's placement, not NumPy's
+    count = _cpu_client.CPU_COPIED_INLINE // 4 + 16
+    table = make_data((count // 16, 16), np.float32, 0)
+    ids = np.random.default_rng(0).integers(-16, 16, (count // 16, 16)).astype(np.int64)
+    _eager.clear()
+    for _ in range(2):
+        out = jax_gather.gather_elements(table, ids, 1, mode=mode)
+        np.testing.assert_array_equal(out, np.take_along_axis(table, ids % 16, 1))
+    assert len(converted) == 2 and all(c.ctypes.data % _cpu_client.CPU_ALIGNMENT == 0 for c in converted)
+
+
 def test_only_what_the_cpu_client_would_copy_on_a_worker_thread_is_split():
     def at(offset, nbytes=_cpu_client.CPU_COPIED_INLINE, dtype=np.float32):
         raw = np.zeros(nbytes + 128, np.uint8)
