@@ -20,7 +20,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import jax_gather
-from jax_gather import _onnx_graph, _x64, backend
+from jax_gather import _cpu_client, _onnx_graph, _x64, backend
 from tests import reference
 from tests.compat import enable_x64
 from tests.onnx_models import (
@@ -907,6 +907,27 @@ def test_large_unaligned_inputs_read_in_place_give_exact_outputs_in_every_alignm
     assert compiles[0] == 0
     with pytest.raises(IndexError, match=re.escape(f"indices[1] = {len(values)} is out of bounds")):
         rep.run([_misaligned(values, 16), np.array([0, len(values), 1, 2])])
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16])
+def test_a_large_unaligned_narrow_float_input_read_in_place_keeps_its_nan_payloads(dtype):
+    # 2 MiB of narrow floats split and joined in the program: XLA:CPU joined them through a
+    # wider float (JAX 0.10: bfloat16 through float32), which quieted NaN payloads; the join
+    # of their bits keeps every one (_cpu_client.joined).
+    rng = np.random.default_rng(4)
+    bits_type = np.dtype(f"uint{8 * np.dtype(dtype).itemsize}")
+    patterns = np.arange(2 ** (8 * bits_type.itemsize), dtype=bits_type)
+    nans = patterns[np.isnan(patterns.view(dtype).astype(np.float32))]
+    bits = rng.choice(nans, (2**21 // bits_type.itemsize // 512, 512))
+    b = GraphBuilder()
+    table = b.tensor(bits.view(dtype), "input")
+    rows = b.tensor(np.array([0, 5, -1, 2]), "input")
+    rep = backend.prepare(b.model([b.node("Gather", [table, rows])], 13))
+    data = _misaligned(bits.view(dtype), 16)
+    assert _cpu_client.split_for_cpu(data) is not None  # read in place
+    for _ in range(2):  # the first run of a signature, then a remembered one
+        (gathered,) = rep.run([data, np.array([0, 5, -1, 2])])
+        np.testing.assert_array_equal(np.asarray(gathered).view(bits_type), bits[[0, 5, -1, 2]])
 
 
 def test_a_remembered_signature_is_not_validated_again_but_every_run_is_judged(monkeypatch):
