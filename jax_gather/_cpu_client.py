@@ -192,11 +192,19 @@ def aligned_for_cpu(array: np.ndarray, to_cpu: bool | None = None) -> np.ndarray
         return array
     if jax.dtypes.canonicalize_dtype(array.dtype) != array.dtype:
         return array
-    buffer = np.empty(array.nbytes + CPU_ALIGNMENT, np.uint8)
-    start = -buffer.ctypes.data % CPU_ALIGNMENT
-    copy = buffer[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy = aligned_empty(array.shape, array.dtype)
     np.copyto(copy, array)
     return copy
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An empty C-contiguous array whose data is aligned to ``CPU_ALIGNMENT``, which JAX's CPU
+    client takes as it is (NumPy's own lies 16 bytes, or a multiple of 16, past a boundary)."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    buffer = np.empty(nbytes + CPU_ALIGNMENT, np.uint8)
+    start = -buffer.ctypes.data % CPU_ALIGNMENT
+    return buffer[start : start + nbytes].view(dtype).reshape(shape)
 
 
 # NumPy aligns its allocations to this many bytes; an array split for the CPU client has one of
@@ -247,11 +255,9 @@ def _bits_of(dtype: np.dtype) -> Any:
     which quiets NaN payloads (bfloat16, float8_e5m2: a NumPy table read in place gave 0x7fc0
     for 0x7fb4) and converts each element the gather reads (float8 tables 2-3x the time of the
     gather of their bits). A join of bits moves them as they are."""
-    if not jax.numpy.issubdtype(dtype, jax.numpy.floating):
-        return None
-    return {4: jax.numpy.uint4, 8: jax.numpy.uint8, 16: jax.numpy.uint16}.get(
-        int(jax.numpy.finfo(dtype).bits)
-    )
+    from jax_gather._fill import bits_type  # _fill imports this module
+
+    return bits_type(dtype) if jax.numpy.issubdtype(dtype, jax.numpy.floating) else None
 
 
 # Fact: joined into a gather, the head and tail are read through a select an element (the join
@@ -403,7 +409,7 @@ def narrowed_in_chunks(
     """An int32 copy of C-contiguous 64-bit host ``indices``, aligned to ``CPU_ALIGNMENT``, made
     a chunk at a time, each tested (``in_range``) while in the core's cache; None where one is
     outside [0, s-1] (:func:`tested_and_narrowed`)."""
-    narrow = _aligned_int32(indices.shape)
+    narrow = aligned_empty(indices.shape, np.int32)
     # Whole index tuples per chunk, for the test of a GatherND's components.
     width = indices.shape[-1] if plan.tuple_indices else 1
     source, target = indices.reshape(-1, width), narrow.reshape(-1, width)
@@ -433,16 +439,9 @@ def int32_for_cpu(indices: np.ndarray) -> np.ndarray:
     left the client a copy of its own)."""
     if indices.size * 4 < CPU_COPIED_INLINE:
         return indices.astype(np.int32)
-    converted = _aligned_int32(indices.shape)
+    converted = aligned_empty(indices.shape, np.int32)
     np.copyto(converted, indices, casting="unsafe")
     return converted
-
-
-def _aligned_int32(shape: tuple[int, ...]) -> np.ndarray:
-    size = math.prod(shape)
-    buffer = np.empty(size * 4 + CPU_ALIGNMENT, np.uint8)
-    start = -buffer.ctypes.data % CPU_ALIGNMENT
-    return buffer[start : start + size * 4].view(np.int32).reshape(shape)
 
 
 class _PublicDefaultDevice:

@@ -157,16 +157,22 @@ def normalised_on_host(plan: GatherPlan, indices: np.ndarray) -> np.ndarray | No
     indices' dtype where it holds every s, else int64), or None where one is out of bounds:
     an index in [-s, s-1] lands in [0, s-1] and any other outside it, so one pass over the
     result judges them all."""
+    moved = moved_in_range(plan, indices)
+    return moved if in_range_on_host(plan, moved) else None
+
+
+def moved_in_range(plan: GatherPlan, indices: np.ndarray) -> np.ndarray:
+    """Concrete ``indices`` with each i in [-s, -1] moved to i + s (a new array, in the indices'
+    dtype where it holds every s, else int64); any other outside [-s, s-1] lands outside
+    [0, s-1]. Two passes, where % s divides an index at a time (8192 int64: 2.9 against 15 us)."""
     sizes = _host_sizes(plan, indices.dtype)
     unsigned = _SIGNED_TO_UNSIGNED.get(indices.dtype)
     if unsigned is None or sizes.dtype != indices.dtype:
-        moved = indices + (indices < 0) * sizes  # unsigned: nothing to move; or a wider dtype
-    else:
-        # min(u, u + s) of the indices viewed unsigned, as in in_bounds_mask: i + s for i in
-        # [-s, -1], i for i in [0, s-1], and s or more for every other (sizes fit the dtype).
-        u = indices.view(unsigned)
-        moved = np.minimum(u, u + _host_sizes(plan, unsigned)).view(indices.dtype)
-    return moved if in_range_on_host(plan, moved) else None
+        return indices + (indices < 0) * sizes  # unsigned: nothing to move; or a wider dtype
+    # min(u, u + s) of the indices viewed unsigned, as in in_bounds_mask: i + s for i in
+    # [-s, -1], i for i in [0, s-1], and s or more for every other (sizes fit the dtype).
+    u = indices.view(unsigned)
+    return np.minimum(u, u + _host_sizes(plan, unsigned)).view(indices.dtype)
 
 
 @functools.lru_cache(maxsize=256)

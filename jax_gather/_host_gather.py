@@ -12,7 +12,7 @@ GatherElements (:func:`host_recipe`; GatherND and batched Gather have no recipe,
 forms were already slower than the programs) whose result is under ``HOST_GATHER_BELOW``
 bytes, or for rows (Gather along a leading axis, rows of 16 elements or more) under
 ``HOST_ROWS_BELOW`` (of more than ``HOST_ROWS_MAX`` rows, from a table as large as the result).
-Results JAX's client would copy are written aligned (:func:`empty_for_jax`). The measurements:
+Results JAX's client would copy are written aligned (``ALIGNED_FROM``). The measurements:
 docs/design.md, "Eager calls".
 """
 
@@ -27,14 +27,14 @@ import jax
 import numpy as np
 
 from jax_gather._cpu_client import (
-    CPU_ALIGNMENT,
     CPU_COPIED_INLINE,
     DEFAULT_DEVICE,
     INT32_MAX,
+    aligned_empty,
     default_device_is_cpu,
     single_device_sharding,
 )
-from jax_gather._host_bounds import Verdict
+from jax_gather._host_bounds import Verdict, moved_in_range
 from jax_gather._x64 import X64_STATE
 from jax_gather.plans import GatherPlan
 
@@ -59,6 +59,14 @@ HOST_ROWS_BELOW = 8 * 2**20
 # rows (19 MB) 0.38 / 1.21.
 HOST_ROWS_MAX = 32768
 
+# Results of this many bytes or more are written into a buffer aligned for JAX's CPU client
+# (_cpu_client.aligned_empty), which takes it as it is; NumPy's own result, 16 bytes (or a
+# multiple of 16) past a boundary, it copies. Fact (JAX 0.10.2, AMD EPYC Zen 5): 2, 5 and 8 MiB
+# of float32 16 bytes past a boundary took 75, 201 and 361 us to hand over, aligned 3.5; rows
+# gathered into NumPy's own result up to 1.7x jnp.take's time. Smaller ones the client copies
+# inline, and NumPy allocates them (the aligned buffer's call costs 0.45 us on 64 rows).
+ALIGNED_FROM = CPU_COPIED_INLINE
+
 # A jitted identity: JAX forwards its argument (no program runs), so this is the C++ path's
 # transfer of a NumPy array: 5.8-6.4 µs on 129 float32, where jax.device_put took 33-37.
 _identity: Callable[[np.ndarray], jax.Array] = jax.jit(lambda result: result)
@@ -81,25 +89,13 @@ def to_jax(result: np.ndarray) -> jax.Array:
     default = DEFAULT_DEVICE.value  # a device, a platform's name, or None
     aval, sharding, device = _placement(result.shape, result.dtype, X64_STATE.value, default)
     if aval.dtype != result.dtype:  # 64-bit types with x64 off, swapped bytes
-        converted = empty_for_jax(result.shape, aval.dtype)
-        np.copyto(converted, result, casting="unsafe")
-        result = converted
+        if result.size * aval.dtype.itemsize < ALIGNED_FROM:
+            result = result.astype(aval.dtype)
+        else:
+            converted = aligned_empty(result.shape, aval.dtype)
+            np.copyto(converted, result, casting="unsafe")
+            result = converted
     return _put(aval, sharding, [result], [device], False)
-
-
-def empty_for_jax(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An empty result that JAX's CPU client takes as it is: from ``CPU_COPIED_INLINE`` bytes,
-    its data aligned to ``CPU_ALIGNMENT``, where NumPy's (16 bytes past a boundary, or any
-    multiple of 16 from a tuned heap) would be copied. Fact (JAX 0.10.2, AMD EPYC Zen 5): 2, 5
-    and 8 MiB of float32 16 bytes past a boundary took 75, 201 and 361 us to hand over, aligned
-    3.5; rows gathered here into NumPy's own result took up to 1.7x jnp.take's time."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < CPU_COPIED_INLINE:
-        return np.empty(shape, dtype)
-    buffer = np.empty(nbytes + CPU_ALIGNMENT, np.uint8)
-    start = -buffer.ctypes.data % CPU_ALIGNMENT
-    return buffer[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def _first_put(*arguments: Any) -> Any:
@@ -135,11 +131,10 @@ def _placement(shape: tuple[int, ...], dtype: np.dtype, x64: bool, default: Any)
 # is its own for one in [-s, s-1]).
 Recipe = Callable[[np.ndarray, np.ndarray, Verdict], np.ndarray]
 
-# From this many indices in [-s, s-1], negatives are moved into [0, s-1] as the smaller of i and
-# i + s viewed unsigned (two passes), not by % s, a division an index: 8192 int64 2.9 against
-# 15 us, 512 1.5 against 1.4 (int32 1.4 against 2.0; AMD EPYC Zen 5, NumPy 2).
+# From this many indices in [-s, s-1], negatives are moved into [0, s-1] in two passes
+# (_host_bounds.moved_in_range), not by % s, a division an index: 8192 int64 2.9 against 15 us,
+# 512 1.5 against 1.4 (int32 1.4 against 2.0; AMD EPYC Zen 5, NumPy 2).
 MOVED_BY_MINIMUM_FROM = 512
-_UNSIGNED_OF = {np.dtype(f"int{b}"): np.dtype(f"uint{b}") for b in (8, 16, 32, 64)}
 _IN_BOUNDS, _IN_RANGE = Verdict.IN_BOUNDS, Verdict.IN_RANGE  # read on every call: no enum lookups
 
 
@@ -177,10 +172,10 @@ def host_recipe(plan: GatherPlan, data_shape: tuple[int, ...]) -> tuple[Recipe, 
     axis = numbers.start_index_map[0]
     if plan.op_name == "Gather" and not numbers.operand_batching_dims:
         rows = math.prod(data_shape[:axis]) == 1 and math.prod(data_shape[axis + 1 :]) >= 16  # as measured
-        shape = plan.output_shape
+        shape, elements = plan.output_shape, math.prod(plan.output_shape)
 
         def gathered(data: np.ndarray, indices: np.ndarray, verdict: Verdict) -> np.ndarray:
-            out = empty_for_jax(shape, data.dtype)
+            out = aligned_empty(shape, data.dtype) if elements * data.itemsize >= ALIGNED_FROM else None
             return data.take(_intp(indices), axis=axis, out=out, mode="wrap")
 
         return gathered, rows
@@ -194,7 +189,7 @@ def _elements_recipe(plan: GatherPlan, data_shape: tuple[int, ...], axis: int) -
     ``sum(p[k] * stride[k] for k != axis) + indices[p] * stride[axis]`` of data in C order (its
     leading block where indices are smaller); the sum over k != axis is computed on the first
     call and kept."""
-    shape = plan.output_shape
+    shape, elements = plan.output_shape, math.prod(plan.output_shape)
     size = np.intp(plan.index_sizes[0])  # a NumPy scalar: int8 indices % 300 promote, not overflow
     strides = [math.prod(data_shape[k + 1 :]) for k in range(len(shape))]
     step = np.intp(strides[axis])  # as size: int8 indices * 3 promote, not overflow
@@ -215,33 +210,22 @@ def _elements_recipe(plan: GatherPlan, data_shape: tuple[int, ...], axis: int) -
         # (8192 int64 indices: 9.3 µs, where % s first took 28).
         def leading(data: np.ndarray, indices: np.ndarray, verdict: Verdict) -> np.ndarray:
             indices = _intp(indices)
-            out = empty_for_jax(shape, data.dtype)
+            out = aligned_empty(shape, data.dtype) if elements * data.itemsize >= ALIGNED_FROM else None
             return data.take(base() + (indices if step == 1 else indices * step), out=out, mode="wrap")
 
         return leading
 
     def recipe(data: np.ndarray, indices: np.ndarray, verdict: Verdict) -> np.ndarray:
         indices = _intp(indices)
-        if verdict is _IN_BOUNDS and indices.size >= MOVED_BY_MINIMUM_FROM and indices.dtype in _UNSIGNED_OF:
-            indices = _moved_into_range(indices, size)
+        if verdict is _IN_BOUNDS and indices.size >= MOVED_BY_MINIMUM_FROM:
+            indices = moved_in_range(plan, indices)
         elif verdict is not _IN_RANGE:
             indices = indices % size  # 1.1 µs on 128, where np.where(i < 0, i + s, i) took 2.5
         # Every offset lies in data: "clip" writes into out unbuffered, where "raise" copies.
-        out = empty_for_jax(shape, data.dtype)
+        out = aligned_empty(shape, data.dtype) if elements * data.itemsize >= ALIGNED_FROM else None
         return data.take(base() + (indices if step == 1 else indices * step), out=out, mode="clip")
 
     return recipe
-
-
-def _moved_into_range(indices: np.ndarray, size: np.intp) -> np.ndarray:
-    """Signed ``indices`` in [-s, s-1] with each negative i moved to i + s: the smaller of i and
-    i + s viewed unsigned, which wraps where i + s would overflow the signed type (s fits the
-    unsigned one, as indices in [-s, s-1] fit the signed)."""
-    unsigned = _UNSIGNED_OF[indices.dtype]
-    u = indices.view(unsigned)
-    moved = u + unsigned.type(size)
-    np.minimum(u, moved, out=moved)
-    return moved.view(indices.dtype)
 
 
 def _intp(indices: np.ndarray) -> np.ndarray:

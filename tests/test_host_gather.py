@@ -187,21 +187,21 @@ def test_a_broken_promise_reads_some_element_of_the_axis(name):
 @pytest.mark.parametrize("index_dtype", [np.int8, np.int16, np.int32, np.int64])
 def test_many_negative_indices_move_into_a_later_axis_by_its_size(monkeypatch, index_dtype):
     # From MOVED_BY_MINIMUM_FROM checked indices with negatives, GatherElements along a later
-    # axis moves them as the smaller of i and i + s viewed unsigned: at s = 2**(bits - 1) i + s
-    # overflows the signed type, where -s must read element 0 and s - 1 the last.
+    # axis moves them in two passes (_host_bounds.moved_in_range), not by % s: at s = 2**(bits - 1)
+    # i + s overflows the signed type, where -s must read element 0 and s - 1 the last.
     bits = np.iinfo(index_dtype).bits
     size = 2 ** (bits - 1) if bits <= 16 else 1000
     table = make_data((2, size), np.float32, 0)
     count = _host_gather.MOVED_BY_MINIMUM_FROM // 2  # per row of two
     indices = np.random.default_rng(0).integers(-size, size, (2, count)).astype(index_dtype)
     indices[0, :3] = [-size, size - 1, -1]
-    moved, move = [0], _host_gather._moved_into_range
+    moved, move = [0], _host_gather.moved_in_range
 
     def counted(*args):
         moved[0] += 1
         return move(*args)
 
-    monkeypatch.setattr(_host_gather, "_moved_into_range", counted)
+    monkeypatch.setattr(_host_gather, "moved_in_range", counted)
     _eager.clear()
     for n, by_minimum in ((count, True), (count - 1, False)):  # fewer: % s, one pass
         with handed_over() as handed:
