@@ -2,6 +2,7 @@
 yet every call is judged on its own indices; the host bounds tests against NumPy; the checked
 mode judged on the device; what a signature must tell apart."""
 
+import contextlib
 import functools
 import re
 
@@ -205,6 +206,24 @@ def test_the_verdict_is_written_into_host_memory_where_the_indices_device_has_so
     assert stdout_with_cpu_devices(code, devices=2).split() == ["None", "None"]
 
 
+def test_indices_in_another_memory_have_a_signature_of_their_own():
+    # Each new array has a sharding object of its own: the signature holds where the indices
+    # live (device and memory), so a new array in the same place finds the same call, and one in
+    # another memory of the device (unpinned host memory, from JAX 0.5 or so) does not.
+    data, ids = jnp.arange(12.0).reshape(4, 3), jnp.asarray([3, 1])
+    (device,) = ids.devices()
+    _eager.clear()
+    for fresh in (ids, ids + 0, jnp.asarray([3, 1])):
+        assert jax_gather.gather(data, fresh).tolist() == [[9, 10, 11], [3, 4, 5]]
+    assert len(_eager._calls) == 1
+    default = device.default_memory().kind
+    others = [m.kind for m in device.addressable_memories() if m.kind not in (default, "pinned_host")]
+    for count, kind in enumerate(others, start=2):
+        moved = jax.device_put(ids, jax.sharding.SingleDeviceSharding(device, memory_kind=kind))
+        assert jax_gather.gather(data, moved).tolist() == [[9, 10, 11], [3, 4, 5]]
+        assert len(_eager._calls) == count, kind
+
+
 def test_where_indices_live_decides_where_they_are_judged():
     assert _cpu_client.on_host(np.zeros(2, np.int32))
     assert _cpu_client.on_host(jax.device_put(np.zeros(2, np.int32), jax.devices("cpu")[0]))
@@ -357,13 +376,25 @@ def test_a_second_call_compiles_nothing():
 
 
 @pytest.mark.parametrize("writeable", [True, False])
-@pytest.mark.parametrize("count", [4095, 4096, _host_bounds.ARGMAX_UP_TO, _host_bounds.ARGMAX_UP_TO + 1])
+@pytest.mark.parametrize(
+    "count",
+    [
+        1,
+        _host_bounds.LISTED_UP_TO,
+        _host_bounds.LISTED_UP_TO + 1,
+        4095,
+        4096,
+        _host_bounds.ARGMAX_UP_TO,
+        _host_bounds.ARGMAX_UP_TO + 1,
+    ],
+)
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint64])
 def test_the_bounds_tests_either_side_of_their_switch_to_a_reduction(count, dtype, writeable):
-    # Up to ARGMAX_UP_TO indices the test and the verdict find the extremes by argmax and argmin,
-    # past it (and from READ_ONLY_ARGMAX_BELOW bytes of indices that are not writeable, as a CPU
-    # JAX array's host view) by a reduction: each must see a negative index, and one equal to the
-    # axis' size, wherever it lies.
+    # Up to LISTED_UP_TO indices the verdict finds the extremes in a Python list, then up to
+    # ARGMAX_UP_TO the test and the verdict by argmax and argmin, past it (and from
+    # READ_ONLY_ARGMAX_BELOW bytes of indices that are not writeable, as a CPU JAX array's host
+    # view) by a reduction: each must see a negative index, and one equal to the axis' size,
+    # wherever it lies.
     size = 100
     plan = plans.gather_plan((size,), (count,), 0)
     test = _host_bounds.in_range_test(plan, np.dtype(dtype), count)
@@ -381,6 +412,27 @@ def test_the_bounds_tests_either_side_of_their_switch_to_a_reduction(count, dtyp
                 _host_bounds.Verdict.IN_BOUNDS if -size <= bad < 0 else _host_bounds.Verdict.OUT_OF_BOUNDS
             )
             assert verdict(fixed(ids)) is expected, (bad, where)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int64, np.uint64])
+def test_a_few_indices_of_several_axes_are_judged_wherever_they_lie(dtype):
+    # GatherElements' few indices are 2-D, and may be a strided view: the listed verdict reads
+    # every one of them (a transposed view's first row is not its memory's).
+    data = np.zeros((5, 2), np.float32)
+    plan = plans.gather_elements_plan(data.shape, (2, 2), 0)
+    verdict = _host_bounds.verdict_test(plan, 4)
+    base = np.array([[0, 1], [2, 3]], dtype)
+    assert verdict(base.T) is _host_bounds.Verdict.IN_RANGE
+    for bad, expected in [(5, _host_bounds.Verdict.OUT_OF_BOUNDS), (-5, _host_bounds.Verdict.IN_BOUNDS)]:
+        if bad < 0 and dtype == np.uint64:
+            continue
+        for where in np.ndindex(2, 2):
+            ids = base.copy()
+            ids[where] = bad
+            assert verdict(ids.T) is expected, (bad, where)
+            with pytest.raises(IndexError) if bad == 5 else contextlib.nullcontext():
+                got = jax_gather.gather_elements(jnp.asarray(data), jnp.asarray(ids.T), axis=0)
+                np.testing.assert_array_equal(np.asarray(got), np.zeros((2, 2), np.float32))
 
 
 @pytest.mark.parametrize("tuples", [False, True])
