@@ -72,7 +72,19 @@ JAX_ARRAY_TYPES: set[type] = set()
 # Enough for every signature of a program's eager calls; cleared whole when full.
 _CAPACITY = 512
 _calls: dict[Hashable, Call] = {}
-_SINGLE_DEVICE = jax.sharding.SingleDeviceSharding
+
+
+# The type of a JAX array's sharding onto one device, read from where it is defined (JAX 0.12.1
+# deprecates jax.sharding's name); without it, signatures hold the sharding itself (signature).
+def _single_device_type() -> type | None:
+    try:
+        from jax._src.sharding_impls import SingleDeviceSharding
+    except ImportError:  # pragma: no cover - another JAX's layout
+        return None
+    return SingleDeviceSharding
+
+
+_SINGLE_DEVICE: Any = _single_device_type()
 # The indices a checked call of PROBED_FROM or more tests first, where a program would normalise
 # them anyway (make_call).
 PROBED_INDICES, PROBED_FROM = 4096, 65536

@@ -219,7 +219,7 @@ def test_indices_in_another_memory_have_a_signature_of_their_own():
     default = device.default_memory().kind
     others = [m.kind for m in device.addressable_memories() if m.kind not in (default, "pinned_host")]
     for count, kind in enumerate(others, start=2):
-        moved = jax.device_put(ids, jax.sharding.SingleDeviceSharding(device, memory_kind=kind))
+        moved = jax.device_put(ids, _cpu_client.single_device_sharding(device, memory_kind=kind))
         assert jax_gather.gather(data, moved).tolist() == [[9, 10, 11], [3, 4, 5]]
         assert len(_eager._calls) == count, kind
 
