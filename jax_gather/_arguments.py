@@ -54,6 +54,29 @@ def fail(exc_type: type[Exception], op_name: str, message: str) -> Exception:
     return error
 
 
+# The memory space of arrays in a device's host memory (``pinned_host``): JAX from 0.5 or so types
+# it on avals, and refuses ops that mix it with the device's own, which the ops' constants are in.
+_HOST_SPACE = getattr(getattr(getattr(jax, "memory", None), "Space", None), "Host", None)
+
+
+def check_device_memory(op_name: str, **arrays: Any) -> None:
+    """Refuses JAX arrays (and tracers) in a device's host memory: the ops' programs compute in
+    the device's memory, and JAX refuses to mix the two (``jnp.take`` of such arrays fails as
+    well), so a clear error here rather than one from inside the op's trace."""
+    if _HOST_SPACE is None:
+        return
+    for name, array in arrays.items():
+        if getattr(getattr(array, "aval", None), "memory_space", None) == _HOST_SPACE:
+            kind = getattr(getattr(array, "sharding", None), "memory_kind", None)
+            where = f"host memory ({kind!r})" if isinstance(kind, str) else "host memory"
+            raise fail(
+                ValueError,
+                op_name,
+                f"{name} must be in the device's memory, got {where}; move it there with "
+                f"jax.device_put({name}, jax.memory.Space.Device)",
+            )
+
+
 def named_for(error: Exception, op_name: str, subject: str) -> Exception | None:
     """The error ``fail`` built for ``op_name`` (an IndexError, TypeError or ValueError), worded
     for ``subject`` instead: a versioned op ("Gather-8: ...") or a model's node ("Gather node

@@ -14,7 +14,15 @@ import numpy as np
 from jax import lax
 
 from jax_gather import _cpu, _eager, _lowering, _strings
-from jax_gather._arguments import Mode, backend_holds, check_mode, fail, static_int, under_a_trace
+from jax_gather._arguments import (
+    Mode,
+    backend_holds,
+    check_device_memory,
+    check_mode,
+    fail,
+    static_int,
+    under_a_trace,
+)
 from jax_gather._fill import fill_scalar
 from jax_gather._host_bounds import Verdict, check_index_dtype, host_indices, judge, narrow_host_indices
 from jax_gather._traced_bounds import check_in_bounds, in_bounds_mask
@@ -275,6 +283,7 @@ def _validated(
 ) -> _Validated:
     """The indices, the plan and the fill checked (data and mode already are)."""
     indices, concrete = _as_indices(op_name, indices)
+    check_device_memory(op_name, data=data, indices=indices)
     plan = plan_fn(data.shape, indices.shape, attribute)
     dtype = jax.dtypes.canonicalize_dtype(data.dtype)
     # Checked in every mode, so a bad fill_value is refused even where the mode ignores it.

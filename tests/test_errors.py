@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jax_gather import gather, gather_elements, gather_nd
+from jax_gather._cpu_client import single_device_sharding
 
 pytestmark = pytest.mark.core  # the fast tier: pytest -m core
 
@@ -140,3 +141,43 @@ def test_nonempty_indices_on_an_empty_axis(op, data, indices, attr, message):
         jax.jit(lambda d, i: op(d, i, attr))(data, indices)
     out = op(data, indices, attr, mode="fill", fill_value=5.0)
     assert np.all(np.asarray(out) == 5.0) and out.size > 0
+
+
+def _in_host_memory(array):
+    """``array`` moved into its device's host memory (``pinned_host``), or None where the device
+    has none (a CPU device before JAX 0.5 or so)."""
+    (device,) = array.devices()
+    if "pinned_host" not in {m.kind for m in device.addressable_memories()}:
+        return None
+    return jax.device_put(array, single_device_sharding(device, memory_kind="pinned_host"))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("mode", ["checked", "clip", "fill", "promise_in_bounds"])
+@pytest.mark.parametrize("moved", ["data", "indices", "both"])
+@pytest.mark.parametrize(
+    "op, indices, attr",
+    [(gather, [3, -1], 0), (gather_elements, [[1, -2, 0]], 0), (gather_nd, [[3, -1], [0, 2]], 0)],
+    ids=["gather", "gather_elements", "gather_nd"],
+)
+def test_arrays_in_host_memory_are_refused_clearly(op, indices, attr, moved, mode, jit):
+    # JAX refuses to mix a device's host memory with its own, where the op's constants are
+    # (jnp.take of such arrays fails too, as the op did in all but a few modes): one clear error
+    # in every mode, eager and at trace time, naming the argument.
+    data, ids = jax.numpy.arange(12.0).reshape(4, 3), jax.numpy.asarray(indices)
+    if _in_host_memory(ids) is None:
+        pytest.skip("this JAX's CPU device has no host memory of its own")
+    given = {"data": data, "indices": ids}
+    for name in ("data", "indices") if moved == "both" else (moved,):
+        given[name] = _in_host_memory(given[name])
+    call = lambda d, i: op(d, i, attr, mode=mode)
+    refused = "data" if moved == "both" else moved
+    message = f"{_NAMES[op]}: {refused} must be in the device's memory, got host memory"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        (jax.jit(call) if jit else call)(given["data"], given["indices"])
+    # Moved back as the message says, the same arrays gather.
+    back = {name: jax.device_put(array, jax.memory.Space.Device) for name, array in given.items()}
+    assert call(back["data"], back["indices"]).shape == call(data, ids).shape
+
+
+_NAMES = {gather: "Gather", gather_elements: "GatherElements", gather_nd: "GatherND"}
