@@ -2,8 +2,8 @@
 
 An eager call (concrete arrays, no trace around it) would otherwise pay every time for work that
 depends only on its *signature*: the shapes and dtypes of data and indices, where the indices
-live, the attribute, the mode, the fill value and the x64 setting. Validation, the plan and the
-fill's bytes are all decided by it. The first call with a signature goes through the ops'
+live (and data's memory space), the attribute, the mode, the fill value and the x64 setting.
+Validation, the plan and the fill's bytes are all decided by it. The first call with a signature goes through the ops'
 validation, which makes its call (:func:`make_call`); this module remembers it, and every later
 call with that signature looks it up and calls it: a ``jax.jit`` of the op with everything
 static bound in, so JAX dispatches it on its C++ path with no static arguments to hash.
@@ -85,6 +85,17 @@ def _single_device_type() -> type | None:
 
 
 _SINGLE_DEVICE: Any = _single_device_type()
+
+
+def _avals_hold_memory_space() -> bool:  # from JAX 0.5 or so
+    try:
+        from jax._src.core import ShapedArray
+    except ImportError:  # pragma: no cover - another JAX's layout
+        return False
+    return "memory_space" in getattr(ShapedArray, "__slots__", ())
+
+
+_AVALS_HOLD_MEMORY_SPACE = _avals_hold_memory_space()
 # The indices a checked call of PROBED_FROM or more tests first, where a program would normalise
 # them anyway (make_call).
 PROBED_INDICES, PROBED_FROM = 4096, 65536
@@ -103,9 +114,11 @@ def signature(
     full path makes them native."""
     data_type = type(data)
     if data_type is np.ndarray:
-        data_aval = data  # NumPy's shape and dtype are plain reads
+        data_aval, space = data, None  # NumPy's shape and dtype are plain reads
     elif data_type in JAX_ARRAY_TYPES:
         data_aval = data.aval  # one read for both, where each of a JAX array's is a property
+        # Data moved to a device's host memory is judged again (and refused: check_device_memory).
+        space = data_aval.memory_space if _AVALS_HOLD_MEMORY_SPACE else None
     else:
         return None
     # NumPy indices, or a JAX array's sharding: where they live decides where they are checked.
@@ -145,6 +158,7 @@ def signature(
         mode,
         fill,
         X64_STATE.value,
+        space,
     )
 
 

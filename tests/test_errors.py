@@ -167,10 +167,11 @@ def test_arrays_in_host_memory_are_refused_clearly(op, indices, attr, moved, mod
     data, ids = jax.numpy.arange(12.0).reshape(4, 3), jax.numpy.asarray(indices)
     if _in_host_memory(ids) is None:
         pytest.skip("this JAX's CPU device has no host memory of its own")
+    call = lambda d, i: op(d, i, attr, mode=mode)
+    call(data, ids)  # an eager call of the same signature in the device's memory, remembered
     given = {"data": data, "indices": ids}
     for name in ("data", "indices") if moved == "both" else (moved,):
         given[name] = _in_host_memory(given[name])
-    call = lambda d, i: op(d, i, attr, mode=mode)
     refused = "data" if moved == "both" else moved
     message = f"{_NAMES[op]}: {refused} must be in the device's memory, got host memory"
     with pytest.raises(ValueError, match=re.escape(message)):
