@@ -3,10 +3,11 @@
 An eager call (concrete arrays, no trace around it) would otherwise pay every time for work that
 depends only on its *signature*: the shapes and dtypes of data and indices, where the indices
 live (and data's memory space), the attribute, the mode, the fill value and the x64 setting.
-Validation, the plan and the fill's bytes are all decided by it. The first call with a signature goes through the ops'
-validation, which makes its call (:func:`make_call`); this module remembers it, and every later
-call with that signature looks it up and calls it: a ``jax.jit`` of the op with everything
-static bound in, so JAX dispatches it on its C++ path with no static arguments to hash.
+Validation, the plan and the fill's bytes are all decided by it. The first call with a signature
+goes through the ops' validation, which makes its call (:func:`make_call`); this module
+remembers it, and every later call with that signature looks it up and calls it: a
+``jax.jit`` of the op with everything static bound in, so JAX dispatches it on its C++ path
+with no static arguments to hash.
 
 The only step that depends on the values is the checked mode's bounds test. Where the indices
 are on the host (NumPy, or a CPU array, read without a copy), one pass over them proves the
@@ -96,6 +97,7 @@ def _avals_hold_memory_space() -> bool:  # from JAX 0.5 or so
 
 
 _AVALS_HOLD_MEMORY_SPACE = _avals_hold_memory_space()
+
 # The indices a checked call of PROBED_FROM or more tests first, where a program would normalise
 # them anyway (make_call).
 PROBED_INDICES, PROBED_FROM = 4096, 65536
