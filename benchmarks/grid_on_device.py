@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jax_gather.bench import grid
+from jax_gather.bench import grid, heatmaps
 from jax_gather.bench.machine import describe_machine
 from jax_gather.bench.timing import ready, time_call
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if records:
         print(grid.format_remeasured(records))
     if args.plot and rows:
-        for path in grid.plot(rows, args.plot):
+        for path in heatmaps.plot(rows, args.plot):
             print(f"heatmap: {path}")
     print(f"{len(rows)} of {len(todo)} cells in {time.monotonic() - start:.0f} s")
     return 0

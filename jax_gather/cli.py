@@ -127,6 +127,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="with --grid: the gradients w.r.t. data of both, jitted (float32, bfloat16, float16)",
     )
+    bench.add_argument(
+        "--host-work-us",
+        type=float,
+        metavar="US",
+        help="with --grid: US microseconds of other work on the calling thread after each timed "
+        "call, not counted in its time (a program's loop: JAX's worker threads then fall asleep "
+        "between calls, as they do not between calls issued back to back, the default)",
+    )
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")

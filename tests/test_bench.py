@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jax_gather import _lowering, bench, cli
-from jax_gather.bench import cases, grid, measure, overhead, peers, report, timing
+from jax_gather.bench import cases, grid, heatmaps, measure, overhead, peers, report, timing
 
 
 @pytest.mark.parametrize("case", bench.CASES, ids=[c.name for c in bench.CASES])
@@ -453,6 +453,30 @@ def test_an_eager_grid_times_the_calls_unjitted_and_remeasures_them_so(tmp_path,
     assert seen == [True]
 
 
+def test_host_work_after_each_call_is_done_and_left_out_of_its_time(tmp_path, monkeypatch):
+    # --host-work-us N: a busy loop of N µs after every timed call (JAX's worker threads then
+    # sleep between calls, as in a program's loop), done on the calling thread, and taken out of
+    # the call's time; the JSON says so, and remeasure times the cell with it again.
+    timed = []
+    real_rounds = grid.paired_rounds
+    monkeypatch.setattr(grid, "paired_rounds", lambda *a: timed.append(real_rounds(*a)) or timed[-1])
+    path = tmp_path / "work.json"
+    argv = ["bench", "--grid", "--eager", "--quick", "--only", "gather axis 0 float32 w=16 n=16"]
+    argv += ["--rounds", "2", "--host-work-us", "2000", "--settle-ms", "0"]
+    assert cli.main([*argv, "--no-tune-allocator", "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    (row,) = result["grid"]
+    assert result["host_work_us"] == 2000 and row["host_work_us"] == 2000
+    # Each timed call took the 2 ms of host work after it,
+    assert min(timed[0]["jnp checked"]) >= 2e-3
+    # none of which is in the call's time (some µs).
+    assert all(0 < t < 1e-3 for t in [*row["ours_s"].values(), *row["jnp_s"].values()])
+    seen = []
+    monkeypatch.setattr(grid, "run_cell", lambda *a, **k: seen.append(k) or row)
+    grid.remeasure([_level(row)], rounds=2, top=1)
+    assert seen == [{"host_work_s": 2e-3}]
+
+
 def test_an_eager_grid_of_numpy_inputs_gives_both_numpy_and_remeasures_them_so(tmp_path, monkeypatch):
     import jax_gather
 
@@ -541,7 +565,7 @@ def test_grid_run_reports_both_modes_against_an_a_a_band(tmp_path):
         assert row[mode] > 0 and len(row[f"{mode}_interval"]) == 3
     assert row["aa"] > 0 and isinstance(grid.slower(row, "checked"), bool)
     assert "the worst ten cells" in grid.format_summary(rows)
-    paths = grid.plot(rows, str(tmp_path / "grid"))
+    paths = heatmaps.plot(rows, str(tmp_path / "grid"))
     assert [os.path.basename(p) for p in paths] == ["grid-checked.png", "grid-promise_in_bounds.png"]
     assert all(os.path.getsize(p) > 1000 for p in paths)
 

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from jax_gather.bench import grid, overhead
+from jax_gather.bench import grid, heatmaps, overhead
 from jax_gather.bench.chart import plot
 from jax_gather.bench.machine import describe_machine
 from jax_gather.bench.measure import run
@@ -101,6 +101,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
     random, seed, eager = getattr(args, "random", 0), getattr(args, "seed", 0), getattr(args, "eager", False)
     backward, tables = getattr(args, "backward", False), getattr(args, "tables", False)
     numpy, table = getattr(args, "numpy", False), getattr(args, "table", None)
+    host_work_us = getattr(args, "host_work_us", None) or 0.0
     rows = grid.run(
         quick=args.quick,
         rounds=args.rounds,
@@ -113,6 +114,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         tables=tables,
         numpy=numpy,
         table=grid.TABLE if table is None else table,
+        host_work_s=host_work_us / 1e6,
     )
     print(grid.format_summary(rows))
     if args.json:
@@ -120,11 +122,12 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         result |= {"random": {"cells": random, "seed": seed, "tables": tables}} if random else {}
         result |= {"eager": eager, "backward": backward, "numpy": numpy}
         result |= {"table": table} if table is not None else {}
+        result |= {"host_work_us": host_work_us} if host_work_us else {}
         with open(args.json, "w") as f:
             json.dump(result | {"grid": rows}, f, indent=1)
     if args.plot:
         prefix = args.plot[:-4] if args.plot.endswith(".png") else args.plot
-        for path in grid.plot(rows, prefix):
+        for path in heatmaps.plot(rows, prefix):
             print(f"heatmap: {path}")
     return 0
 

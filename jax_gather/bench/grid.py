@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import math
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -241,14 +242,23 @@ def timed(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_cell(
-    cell: Cell, rounds: int, settle: float, eager: bool = False, backward: bool = False, numpy: bool = False
+    cell: Cell,
+    rounds: int,
+    settle: float,
+    eager: bool = False,
+    backward: bool = False,
+    numpy: bool = False,
+    host_work_s: float = 0.0,
 ) -> dict[str, Any]:
     """Times one cell; returns its row (per mode: the ratio ours / jnp and its interval).
     ``eager``: both called as they are, without ``jax.jit`` (the library's eager path, whose
     checked mode judges the indices on the host, against jnp's own eager call); ``numpy``: with
     NumPy inputs, data 16 bytes past a 64-byte boundary (where NumPy's large arrays start) and
     int64 indices, as jnp's call takes them (:func:`jnp_call`).
-    ``backward``: the gradient w.r.t. data of the sum of each's output (in float32), jitted."""
+    ``backward``: the gradient w.r.t. data of the sum of each's output (in float32), jitted.
+    ``host_work_s``: that long a busy loop on the calling thread after each timed call, taken
+    out of its time: a program's own work between its calls, during which JAX's worker threads
+    fall asleep, as they do not between calls issued back to back."""
     import jax
     import jax.numpy as jnp
 
@@ -262,6 +272,8 @@ def run_cell(
     fns |= {f"jnp {m}": wrap(jnp_call(cell, m, eager, numpy)) for m in MODES}
     fns[AGAIN] = wrap(ours_call(cell, MODES[0]))  # the A/A control: the first compiled again
     calls: dict[str, Callable[[], Any]] = {name: functools.partial(ready, f, d, i) for name, f in fns.items()}
+    if host_work_s:
+        calls = {name: functools.partial(_then_host_work, call, host_work_s) for name, call in calls.items()}
     try:
         once = time_call(calls[f"jnp {MODES[0]}"], 1)
     except RuntimeError as error:
@@ -273,7 +285,10 @@ def run_cell(
         return dataclasses.asdict(cell) | {PEER_FAILED: str(error).splitlines()[0]}
     reps = int(np.clip(2e-3 / max(once, 1e-7), 3, 15))
     times = paired_rounds(calls, rounds, reps, settle)
+    if host_work_s:
+        times = {name: [t - host_work_s for t in ts] for name, ts in times.items()}
     row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps}
+    row |= {"host_work_us": host_work_s * 1e6} if host_work_s else {}
     row |= ({"eager": True} if eager else {}) | ({"backward": True} if backward else {})
     row |= {"numpy": True} if numpy else {}
     row["jnp_s"] = {m: float(np.median(times[f"jnp {m}"])) for m in MODES}
@@ -282,6 +297,15 @@ def run_cell(
     for m in MODES:
         row[m], row[f"{m}_interval"] = paired(times[f"ours {m}"], times[f"jnp {m}"])
     return row
+
+
+def _then_host_work(call: Callable[[], Any], seconds: float) -> Any:
+    """``call()``, then a busy loop of ``seconds`` on this thread (see :func:`run_cell`)."""
+    result = call()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+    return result
 
 
 def slower(row: dict[str, Any], mode: str) -> bool:
@@ -302,10 +326,12 @@ def run(
     tables: bool = False,
     numpy: bool = False,
     table: int = TABLE,
+    host_work_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Times the grid's cells (``quick``: the smaller grid; of an axis of ``table`` entries) or
     ``random`` random_cells (of random table lengths where ``tables``); ``eager``: as eager calls,
-    of NumPy inputs where ``numpy``; ``backward``: their gradients."""
+    of NumPy inputs where ``numpy``; ``backward``: their gradients; ``host_work_s`` after each
+    timed call (:func:`run_cell`)."""
     if eager and backward:
         raise ValueError("bench --grid: --eager and --backward do not combine (gradients are timed jitted)")
     if numpy and not eager:
@@ -321,7 +347,8 @@ def run(
         progress(k, len(todo), cell.name)
         if k % 100 == 0 and not sys.stderr.isatty():  # a run of half an hour, logged to a file
             print(f"grid: {k} of {len(todo)} cells", file=sys.stderr, flush=True)
-        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle, eager, backward, numpy))
+        work = {"host_work_s": host_work_s} if host_work_s else {}
+        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle, eager, backward, numpy, **work))
     progress(len(todo), len(todo), "done")
     return rows
 
@@ -354,7 +381,8 @@ def remeasure(
     for k, ((cell, mode), row) in enumerate(picked.items()):
         progress(k, len(picked), cell.name)
         flags = (bool(row.get("eager")), bool(row.get("backward")), bool(row.get("numpy")))
-        again = run_cell(cell, rounds, settle, *flags)
+        work = {"host_work_s": row["host_work_us"] / 1e6} if row.get("host_work_us") else {}
+        again = run_cell(cell, rounds, settle, *flags, **work)
         records.append(
             {
                 "cell": [cell.op, cell.dtype, cell.width, cell.count, cell.table],
@@ -410,89 +438,3 @@ def format_summary(rows: Sequence[dict[str, Any]]) -> str:
     lines.append("  the worst ten cells:")
     lines += [f"    {ratio:5.2f}  {name}  [{mode}]" for ratio, name, mode in worst(rows)]
     return "\n".join(lines)
-
-
-def plot(rows: Sequence[dict[str, Any]], prefix: str) -> list[str]:
-    """One heatmap per op and dtype (a figure per mode): red where jax_gather is slower than
-    jnp, blue where faster; a cell past the A/A band and SLOWER is boxed. Returns the paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import TwoSlopeNorm
-
-    rows = timed(rows)
-    ops = [op for op in OPS if any(r["op"] == op for r in rows)]
-    dtypes = [dt for dt in DTYPES + RANDOM_DTYPES if any(r["dtype"] == dt for r in rows)]
-    widths = sorted({r["width"] for r in rows})
-    counts = sorted({r["count"] for r in rows})
-    norm = TwoSlopeNorm(vmin=0.25, vcenter=1.0, vmax=2.0)
-    if not (set(widths) <= set(WIDTHS) and set(counts) <= set(COUNTS)):
-        return _scatter(rows, prefix, ops, norm, plt)  # random cells: no axes to tabulate on
-    paths = []
-    for mode in MODES:
-        fig, axes = plt.subplots(
-            len(ops), len(dtypes), figsize=(3.6 * len(dtypes), 2.7 * len(ops)), squeeze=False
-        )
-        for (a, op), (b, dt) in ((x, y) for x in enumerate(ops) for y in enumerate(dtypes)):
-            ax = axes[a][b]
-            grid = np.full((len(widths), len(counts)), np.nan)
-            for r in rows:
-                if r["op"] == op and r["dtype"] == dt:
-                    y, x = widths.index(r["width"]), counts.index(r["count"])
-                    grid[y, x] = r[mode]
-                    if slower(r, mode):
-                        ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, lw=1.5))
-            ax.imshow(grid, cmap="RdBu_r", norm=norm, aspect="auto")
-            for (y, x), v in np.ndenumerate(grid):
-                if not np.isnan(v):
-                    ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=5.5)
-            ax.set_xticks(range(len(counts)), [_short(n) for n in counts], fontsize=6)
-            ax.set_yticks(range(len(widths)), widths, fontsize=6)
-            ax.set_title(f"{op}, {dt}", fontsize=8)
-            if b == 0:
-                ax.set_ylabel("row width", fontsize=7)
-            if a == len(ops) - 1:
-                ax.set_xlabel("index count", fontsize=7)
-        fig.suptitle(f"jax_gather / jnp, jitted, mode {mode} (red: slower; boxed: past the A/A band)")
-        paths.append(_saved(fig, plt, f"{prefix}-{mode}.png", top=0.98))
-    return paths
-
-
-def _scatter(rows: Sequence[dict[str, Any]], prefix: str, ops: list[str], norm: Any, plt: Any) -> list[str]:
-    """Cells off the grid's axes (--random): per mode, a panel per op, each cell a point at its
-    index count and row width (log scales) coloured by its ratio, ringed where it is slower."""
-    paths = []
-    for mode in MODES:
-        fig, axes = plt.subplots(1, len(ops), figsize=(3.2 * len(ops), 3.2), squeeze=False)
-        for ax, op in zip(axes[0], ops):
-            mine = [r for r in rows if r["op"] == op]
-            ax.scatter(
-                [r["count"] for r in mine],
-                [r["width"] for r in mine],
-                c=[r[mode] for r in mine],
-                cmap="RdBu_r",
-                norm=norm,
-                s=18,
-                edgecolors=["black" if slower(r, mode) else "none" for r in mine],
-            )
-            ax.set(xscale="log", yscale="log", title=op, xlabel="index count")
-            ax.title.set_fontsize(8)
-        axes[0][0].set_ylabel("row width")
-        fig.suptitle(
-            f"jax_gather / jnp at random sizes, mode {mode} (red: slower; ringed: past the A/A band)"
-        )
-        paths.append(_saved(fig, plt, f"{prefix}-{mode}.png", top=0.94))
-    return paths
-
-
-def _saved(fig: Any, plt: Any, path: str, top: float) -> str:
-    """``fig`` laid out under its title (which ends at ``top``), written to ``path`` and closed."""
-    fig.tight_layout(rect=(0, 0, 1, top))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def _short(n: int) -> str:
-    return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}k" if n >= 8192 else str(n)
