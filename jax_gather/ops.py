@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_gather import _cpu, _eager, _lowering, _strings
+from jax_gather import _cpu, _eager, _keys, _lowering, _strings
 from jax_gather._arguments import (
     Mode,
     backend_holds,
@@ -238,6 +238,8 @@ def _run(
             _validated(plan_fn, op_name, _as_data(op_name, data), indices, attribute, mode, fill_value)
         )
     checked_mode = check_mode(op_name, mode)
+    if _keys.is_key_array(data):  # gathered a word of the keys at a time, by this function
+        return _keys.gather_keys(_run, plan_fn, op_name, data, indices, attribute, mode, fill_value)
     given_data, data = data, _as_data(op_name, data)
     if _strings.is_string_dtype(data.dtype):
         return _gather_strings(plan_fn, op_name, data, indices, attribute, checked_mode, fill_value)
