@@ -432,16 +432,22 @@ def _narrowing_pays(indices: np.ndarray, plan: GatherPlan) -> bool:
     return max(plan.index_sizes) <= INT32_MAX
 
 
-def int32_for_cpu(indices: np.ndarray) -> np.ndarray:
-    """Host ``indices`` that fit int32, as int32: from ``CPU_COPIED_INLINE`` bytes converted
-    straight into a buffer aligned to ``CPU_ALIGNMENT``, which JAX's CPU client takes as it is
-    (one pass, where ``astype`` and then :func:`aligned_for_cpu` copied twice, and from 1 MiB
-    left the client a copy of its own)."""
-    if indices.size * 4 < CPU_COPIED_INLINE:
-        return indices.astype(np.int32)
-    converted = aligned_empty(indices.shape, np.int32)
-    np.copyto(converted, indices, casting="unsafe")
+def converted_for_cpu(array: np.ndarray, dtype: Any) -> np.ndarray:
+    """``array.astype(dtype)``, from ``CPU_COPIED_INLINE`` bytes of result converted straight
+    into a buffer aligned to ``CPU_ALIGNMENT``, which JAX's CPU client takes as it is (one pass,
+    where ``astype`` and then :func:`aligned_for_cpu` copied twice, and from 1 MiB left the
+    client a copy of its own)."""
+    dtype = np.dtype(dtype)
+    if array.size * dtype.itemsize < CPU_COPIED_INLINE:
+        return array.astype(dtype)
+    converted = aligned_empty(array.shape, dtype)
+    np.copyto(converted, array, casting="unsafe")
     return converted
+
+
+def int32_for_cpu(indices: np.ndarray) -> np.ndarray:
+    """Host ``indices`` that fit int32, as int32 (:func:`converted_for_cpu`)."""
+    return converted_for_cpu(indices, np.int32)
 
 
 class _PublicDefaultDevice:

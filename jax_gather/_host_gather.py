@@ -31,6 +31,7 @@ from jax_gather._cpu_client import (
     DEFAULT_DEVICE,
     INT32_MAX,
     aligned_empty,
+    converted_for_cpu,
     default_device_is_cpu,
     single_device_sharding,
 )
@@ -89,12 +90,7 @@ def to_jax(result: np.ndarray) -> jax.Array:
     default = DEFAULT_DEVICE.value  # a device, a platform's name, or None
     aval, sharding, device = _placement(result.shape, result.dtype, X64_STATE.value, default)
     if aval.dtype != result.dtype:  # 64-bit types with x64 off, swapped bytes
-        if result.size * aval.dtype.itemsize < ALIGNED_FROM:
-            result = result.astype(aval.dtype)
-        else:
-            converted = aligned_empty(result.shape, aval.dtype)
-            np.copyto(converted, result, casting="unsafe")
-            result = converted
+        result = converted_for_cpu(result, aval.dtype)
     return _put(aval, sharding, [result], [device], False)
 
 
@@ -172,10 +168,10 @@ def host_recipe(plan: GatherPlan, data_shape: tuple[int, ...]) -> tuple[Recipe, 
     axis = numbers.start_index_map[0]
     if plan.op_name == "Gather" and not numbers.operand_batching_dims:
         rows = math.prod(data_shape[:axis]) == 1 and math.prod(data_shape[axis + 1 :]) >= 16  # as measured
-        shape, elements = plan.output_shape, math.prod(plan.output_shape)
+        shape = plan.output_shape
 
         def gathered(data: np.ndarray, indices: np.ndarray, verdict: Verdict) -> np.ndarray:
-            out = aligned_empty(shape, data.dtype) if elements * data.itemsize >= ALIGNED_FROM else None
+            out = _result_buffer(shape, data.dtype)
             return data.take(_intp(indices), axis=axis, out=out, mode="wrap")
 
         return gathered, rows
@@ -189,7 +185,7 @@ def _elements_recipe(plan: GatherPlan, data_shape: tuple[int, ...], axis: int) -
     ``sum(p[k] * stride[k] for k != axis) + indices[p] * stride[axis]`` of data in C order (its
     leading block where indices are smaller); the sum over k != axis is computed on the first
     call and kept."""
-    shape, elements = plan.output_shape, math.prod(plan.output_shape)
+    shape = plan.output_shape
     size = np.intp(plan.index_sizes[0])  # a NumPy scalar: int8 indices % 300 promote, not overflow
     strides = [math.prod(data_shape[k + 1 :]) for k in range(len(shape))]
     step = np.intp(strides[axis])  # as size: int8 indices * 3 promote, not overflow
@@ -210,7 +206,7 @@ def _elements_recipe(plan: GatherPlan, data_shape: tuple[int, ...], axis: int) -
         # (8192 int64 indices: 9.3 µs, where % s first took 28).
         def leading(data: np.ndarray, indices: np.ndarray, verdict: Verdict) -> np.ndarray:
             indices = _intp(indices)
-            out = aligned_empty(shape, data.dtype) if elements * data.itemsize >= ALIGNED_FROM else None
+            out = _result_buffer(shape, data.dtype)
             return data.take(base() + (indices if step == 1 else indices * step), out=out, mode="wrap")
 
         return leading
@@ -222,10 +218,16 @@ def _elements_recipe(plan: GatherPlan, data_shape: tuple[int, ...], axis: int) -
         elif verdict is not _IN_RANGE:
             indices = indices % size  # 1.1 µs on 128, where np.where(i < 0, i + s, i) took 2.5
         # Every offset lies in data: "clip" writes into out unbuffered, where "raise" copies.
-        out = aligned_empty(shape, data.dtype) if elements * data.itemsize >= ALIGNED_FROM else None
+        out = _result_buffer(shape, data.dtype)
         return data.take(base() + (indices if step == 1 else indices * step), out=out, mode="clip")
 
     return recipe
+
+
+def _result_buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+    """Where a recipe writes its result: an aligned buffer from ALIGNED_FROM bytes, else None
+    (NumPy allocates it)."""
+    return aligned_empty(shape, dtype) if math.prod(shape) * dtype.itemsize >= ALIGNED_FROM else None
 
 
 def _intp(indices: np.ndarray) -> np.ndarray:

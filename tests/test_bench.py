@@ -448,7 +448,9 @@ def test_an_eager_grid_times_the_calls_unjitted_and_remeasures_them_so(tmp_path,
     assert result["eager"] is True and [r["eager"] for r in result["grid"]] == [True]
     seen = []
     row = _level(result["grid"][0])  # one cell and mode picked, whatever two rounds measured
-    monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, eager, *_: seen.append(eager) or row)
+    monkeypatch.setattr(
+        grid, "run_cell", lambda cell, rounds, settle, eager, *_, **__: seen.append(eager) or row
+    )
     assert len(grid.remeasure([row], rounds=2, top=1)) == 1
     assert seen == [True]
 
@@ -494,7 +496,7 @@ def test_an_eager_grid_of_numpy_inputs_gives_both_numpy_and_remeasures_them_so(t
     assert type(ids) is np.ndarray and ids.dtype == np.int64
     seen = []
     row = _level(result["grid"][0])
-    monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, *flags: seen.append(flags) or row)
+    monkeypatch.setattr(grid, "run_cell", lambda cell, rounds, settle, *flags, **_: seen.append(flags) or row)
     assert len(grid.remeasure([row], rounds=2, top=1)) == 1
     assert seen == [(True, False, True)]
     with pytest.raises(ValueError, match="give --eager"):
@@ -519,7 +521,7 @@ def test_a_grid_leaves_out_the_cells_whose_jnp_call_xla_cannot_run_and_raises_on
     summary = grid.format_summary(rows)
     assert "grid: 3 cells" in summary and "left out: 1 cells where XLA could not run jnp's call" in summary
     assert broken not in [name for _, name, _ in grid.worst(rows)]
-    monkeypatch.setattr(grid, "run_cell", lambda *a: pytest.fail("a failed cell timed again"))
+    monkeypatch.setattr(grid, "run_cell", lambda *a, **k: pytest.fail("a failed cell timed again"))
     assert grid.remeasure(rows[:1]) == []
     # The library's own failure is never left out.
     monkeypatch.undo()
@@ -548,7 +550,9 @@ def test_a_backward_grid_times_the_gradients_of_float_cells_and_remeasures_them_
     assert len(differentiated) == 2 * len(grid.MODES) + 1  # ours and jnp's in each mode, and the A/A
     seen = []
     row = _level(result["grid"][0])  # one cell and mode picked, whatever two rounds measured
-    monkeypatch.setattr(grid, "run_cell", lambda c, rounds, settle, _, back, *f: seen.append(back) or row)
+    monkeypatch.setattr(
+        grid, "run_cell", lambda c, rounds, settle, _, back, *f, **k: seen.append(back) or row
+    )
     assert len(grid.remeasure([row], rounds=2, top=1)) == 1
     assert seen == [True]
     assert {c.dtype for c in grid.random_cells(60, seed=1, backward=True)} == set(grid.BACKWARD_DTYPES)

@@ -347,8 +347,11 @@ def run(
         progress(k, len(todo), cell.name)
         if k % 100 == 0 and not sys.stderr.isatty():  # a run of half an hour, logged to a file
             print(f"grid: {k} of {len(todo)} cells", file=sys.stderr, flush=True)
-        work = {"host_work_s": host_work_s} if host_work_s else {}
-        rows.append(run_cell(cell, rounds or (5 if quick else 7), settle, eager, backward, numpy, **work))
+        rows.append(
+            run_cell(
+                cell, rounds or (5 if quick else 7), settle, eager, backward, numpy, host_work_s=host_work_s
+            )
+        )
     progress(len(todo), len(todo), "done")
     return rows
 
@@ -381,8 +384,7 @@ def remeasure(
     for k, ((cell, mode), row) in enumerate(picked.items()):
         progress(k, len(picked), cell.name)
         flags = (bool(row.get("eager")), bool(row.get("backward")), bool(row.get("numpy")))
-        work = {"host_work_s": row["host_work_us"] / 1e6} if row.get("host_work_us") else {}
-        again = run_cell(cell, rounds, settle, *flags, **work)
+        again = run_cell(cell, rounds, settle, *flags, host_work_s=row.get("host_work_us", 0) / 1e6)
         records.append(
             {
                 "cell": [cell.op, cell.dtype, cell.width, cell.count, cell.table],
