@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -258,6 +259,47 @@ def verdict_test(plan: GatherPlan, size: int) -> Callable[[np.ndarray], Verdict]
         return _by_reductions(plan, indices)
 
     return where_writeable
+
+
+# The struct codes of the integer dtypes whose values a buffer gives Python (buffer_verdict_test).
+_STRUCT_CODES = {
+    np.dtype(f"{kind}{n}"): code
+    for kind, codes in (("i", "bhiq"), ("u", "BHIQ"))
+    for n, code in zip((1, 2, 4, 8), codes)
+}
+# Up to this many indices of a CPU JAX array, their verdict is found from the Python ints its
+# buffer holds (struct.unpack_from), without a host view (np.asarray of a CPU array: 0.56 µs)
+# or a NumPy call: view and verdict of 1, 8, 16 and 32 int32 ids took 0.50, 0.69, 0.96 and 1.50
+# µs, by the host view's argmin and argmax 1.30, 1.31, 1.33 and 1.37 (NumPy 2.4, AMD EPYC).
+BUFFER_LISTED_UP_TO = 16
+
+
+@functools.lru_cache(maxsize=256)
+def buffer_verdict_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[Any], Verdict] | None:
+    """:func:`verdict_test`'s verdict on indices that export a buffer of their values (a JAX
+    array on the CPU), read as Python ints: for up to BUFFER_LISTED_UP_TO indices of a
+    whole-byte integer dtype, else None. Any order of the values serves (a minimum and a
+    maximum). An array that gives no buffer (a deleted one, whose error is then JAX's) is
+    judged by its host view."""
+    by_view = verdict_test(plan, size)
+    code = _STRUCT_CODES.get(dtype)
+    if by_view is None or code is None or size > BUFFER_LISTED_UP_TO:
+        return None
+    unpack = struct.Struct(f"={size}{code}").unpack_from
+    (bound,) = plan.index_sizes
+    low_bound, out, in_range, in_bounds = -bound, Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE, Verdict.IN_BOUNDS
+
+    def from_buffer(indices: Any) -> Verdict:
+        try:
+            values = unpack(indices)
+        except BufferError:
+            return by_view(np.asarray(indices))
+        low, high = min(values), max(values)
+        if low < low_bound or high >= bound:
+            return out
+        return in_range if low >= 0 else in_bounds
+
+    return from_buffer
 
 
 def judge(plan: GatherPlan, indices: np.ndarray) -> Verdict:

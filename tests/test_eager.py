@@ -414,6 +414,44 @@ def test_the_bounds_tests_either_side_of_their_switch_to_a_reduction(count, dtyp
             assert verdict(fixed(ids)) is expected, (bad, where)
 
 
+@pytest.mark.parametrize("count", [1, _host_bounds.BUFFER_LISTED_UP_TO])
+@pytest.mark.parametrize("dtype", [np.dtype(f"{k}{n}") for k in "iu" for n in (1, 2, 4, 8)])
+def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, count):
+    # A CPU JAX array's few indices are read as Python ints from its buffer: each dtype's code
+    # must read every index with its own width and sign (uint32's 2**32 - 1 is no -1).
+    size = 100
+    info = np.iinfo(dtype)
+    with enable_x64(np.dtype(dtype).itemsize == 8):
+        plan = plans.gather_plan((size, 3), (count,), 0)
+        verdict = _host_bounds.buffer_verdict_test(plan, np.dtype(dtype), count)
+        good = (np.arange(count) % size).astype(dtype)
+        assert verdict(jnp.asarray(good)) is Verdict.IN_RANGE
+        data = jnp.asarray(make_data((size, 3), np.float32, 0))
+        for bad in {-1, -size, size, int(info.min), int(info.max)}:
+            if not info.min <= bad <= info.max or bad == 0:
+                continue
+            expected = Verdict.IN_BOUNDS if -size <= bad < 0 else Verdict.OUT_OF_BOUNDS
+            for where in {0, count - 1}:
+                ids = good.copy()
+                ids[where] = bad
+                assert verdict(jnp.asarray(ids)) is expected, (bad, where)
+                out = expected is Verdict.OUT_OF_BOUNDS
+                with pytest.raises(IndexError) if out else contextlib.nullcontext():
+                    got = jax_gather.gather(data, jnp.asarray(ids))
+                    np.testing.assert_array_equal(np.asarray(got), reference.gather(np.asarray(data), ids, 0))
+    more = _host_bounds.BUFFER_LISTED_UP_TO + 1
+    assert _host_bounds.buffer_verdict_test(plan, np.dtype(dtype), more) is None
+
+
+def test_a_deleted_arrays_indices_fail_as_jax_says():
+    data = jnp.asarray(make_data((5, 3), np.float32, 0))
+    jax_gather.gather(data, jnp.asarray([1, 2]))  # its signature remembered
+    ids = jnp.asarray([1, 2])
+    ids.delete()
+    with pytest.raises(RuntimeError, match="Array has been deleted"):
+        jax_gather.gather(data, ids)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.int64, np.uint64])
 def test_a_few_indices_of_several_axes_are_judged_wherever_they_lie(dtype):
     # GatherElements' few indices are 2-D, and may be a strided view: the listed verdict reads
