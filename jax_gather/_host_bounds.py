@@ -261,7 +261,7 @@ def verdict_test(plan: GatherPlan, size: int) -> Callable[[np.ndarray], Verdict]
     return where_writeable
 
 
-# The struct codes of the integer dtypes whose values a buffer gives Python (buffer_verdict_test).
+# The struct codes of the integer dtypes whose values a buffer gives Python (buffer_tests).
 _STRUCT_CODES = {
     np.dtype(f"{kind}{n}"): code
     for kind, codes in (("i", "bhiq"), ("u", "BHIQ"))
@@ -275,21 +275,32 @@ BUFFER_LISTED_UP_TO = 16
 
 
 @functools.lru_cache(maxsize=256)
-def buffer_verdict_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[Any], Verdict] | None:
-    """:func:`verdict_test`'s verdict on indices that export a buffer of their values (a JAX
-    array on the CPU), read as Python ints: for up to BUFFER_LISTED_UP_TO indices of a
-    whole-byte integer dtype, else None. Any order of the values serves (a minimum and a
-    maximum). An array that gives no buffer (a deleted one, whose error is then JAX's) is
-    judged by its host view."""
+def buffer_tests(
+    plan: GatherPlan, dtype: np.dtype, size: int
+) -> tuple[Callable[[Any], bool], Callable[[Any], Verdict]] | None:
+    """:func:`in_range_test` and :func:`verdict_test` of indices that export a buffer of their
+    values (a JAX array on the CPU), read as Python ints: for up to BUFFER_LISTED_UP_TO
+    indices of a whole-byte integer dtype, else None. Any order of the values serves (a
+    minimum and a maximum). An array that gives no buffer (a deleted one, whose error is then
+    JAX's) is judged by its host view."""
     by_view = verdict_test(plan, size)
     code = _STRUCT_CODES.get(dtype)
     if by_view is None or code is None or size > BUFFER_LISTED_UP_TO:
         return None
     unpack = struct.Struct(f"={size}{code}").unpack_from
+    # The test reads them unsigned, as in_range_test does (a negative index becomes huge).
+    unpack_unsigned = struct.Struct(f"={size}{code.upper()}").unpack_from
     (bound,) = plan.index_sizes
+    in_range_below = min(bound, 1 << (8 * dtype.itemsize - 1)) if dtype.kind == "i" else bound
     low_bound, out, in_range, in_bounds = -bound, Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE, Verdict.IN_BOUNDS
 
-    def from_buffer(indices: Any) -> Verdict:
+    def in_range_from_buffer(indices: Any) -> bool:
+        try:
+            return max(unpack_unsigned(indices)) < in_range_below
+        except BufferError:
+            return by_view(np.asarray(indices)) is in_range
+
+    def verdict_from_buffer(indices: Any) -> Verdict:
         try:
             values = unpack(indices)
         except BufferError:
@@ -299,7 +310,7 @@ def buffer_verdict_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callabl
             return out
         return in_range if low >= 0 else in_bounds
 
-    return from_buffer
+    return in_range_from_buffer, verdict_from_buffer
 
 
 def judge(plan: GatherPlan, indices: np.ndarray) -> Verdict:
