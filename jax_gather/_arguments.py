@@ -59,6 +59,38 @@ def fail(exc_type: type[Exception], op_name: str, message: str) -> Exception:
 _HOST_SPACE = getattr(getattr(getattr(jax, "memory", None), "Space", None), "Host", None)
 
 
+def check_placement(op_name: str, data: Any, indices: Any) -> None:
+    """Refuses data and indices placed where the op cannot take them together, with an error
+    naming the op and the argument, where JAX's own names the op's internal program: an array
+    (or tracer) in a device's host memory, and two committed arrays on different devices."""
+    check_device_memory(op_name, data=data, indices=indices)
+    data_devices, indices_devices = _committed_devices(data), _committed_devices(indices)
+    if data_devices is None or indices_devices is None or data_devices == indices_devices:
+        return
+    raise fail(
+        ValueError,
+        op_name,
+        f"data and indices must be on the same devices, got data on {_named(data_devices)} and "
+        f"indices on {_named(indices_devices)}; move one to the other's with "
+        "jax.device_put(indices, data.sharding)",
+    )
+
+
+def _committed_devices(array: Any) -> frozenset | None:
+    """The devices of a concrete JAX array committed to them (``jax.device_put`` to a device or
+    sharding, or a result of such), else None: JAX moves an uncommitted one where needed."""
+    if not isinstance(array, jax.Array) or isinstance(array, jax.core.Tracer):
+        return None
+    if not getattr(array, "committed", False):
+        return None
+    return frozenset(array.sharding.device_set)
+
+
+def _named(devices: frozenset) -> str:
+    ordered = sorted(devices, key=lambda d: (d.platform, d.id))
+    return repr(ordered[0]) if len(ordered) == 1 else f"{len(ordered)} devices {ordered}"
+
+
 def check_device_memory(op_name: str, **arrays: Any) -> None:
     """Refuses JAX arrays (and tracers) in a device's host memory: the ops' programs compute in
     the device's memory, and JAX refuses to mix the two (``jnp.take`` of such arrays fails as

@@ -120,7 +120,7 @@ def signature(
         data_aval, space = data, None  # NumPy's shape and dtype are plain reads
     elif data_type in JAX_ARRAY_TYPES:
         data_aval = data.aval  # one read for both, where each of a JAX array's is a property
-        # Data moved to a device's host memory is judged again (and refused: check_device_memory).
+        # Data moved to a device's host memory is judged again (and refused: check_placement).
         space = data_aval.memory_space if _AVALS_HOLD_MEMORY_SPACE else None
     else:
         return None

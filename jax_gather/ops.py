@@ -17,8 +17,8 @@ from jax_gather import _cpu, _eager, _keys, _lowering, _strings
 from jax_gather._arguments import (
     Mode,
     backend_holds,
-    check_device_memory,
     check_mode,
+    check_placement,
     fail,
     static_int,
     under_a_trace,
@@ -44,11 +44,8 @@ def _as_data(op_name: str, data: Any) -> Any:
             data = data.astype(data.dtype.newbyteorder("="))
     dtype = data.dtype
     if not _is_boolean_or_numeric(dtype):
-        raise fail(
-            TypeError,
-            op_name,
-            f"data must have a boolean, numeric or string dtype, got {np.dtype(dtype).name}",
-        )
+        rule = f"data must have a boolean, numeric or string dtype, got {np.dtype(dtype).name}"
+        raise fail(TypeError, op_name, rule)
     placed = isinstance(data, jax.Array) and not isinstance(data, jax.core.Tracer)
     if not placed and not backend_holds(np.dtype(dtype)):
         name = np.dtype(dtype).name
@@ -232,6 +229,8 @@ def _run(
         except IndexError:
             if not under_a_trace():
                 raise
+        except ValueError:  # JAX's (arrays on different devices): worded by the full checks
+            pass
         # Constants in a trace (a branch of lax.cond may never run): judged in the program.
         mode = check_mode(op_name, mode)
         return _traced(
@@ -285,7 +284,7 @@ def _validated(
 ) -> _Validated:
     """The indices, the plan and the fill checked (data and mode already are)."""
     indices, concrete = _as_indices(op_name, indices)
-    check_device_memory(op_name, data=data, indices=indices)
+    check_placement(op_name, data, indices)
     plan = plan_fn(data.shape, indices.shape, attribute)
     dtype = jax.dtypes.canonicalize_dtype(data.dtype)
     # Checked in every mode, so a bad fill_value is refused even where the mode ignores it.

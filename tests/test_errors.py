@@ -9,6 +9,7 @@ import pytest
 
 from jax_gather import gather, gather_elements, gather_nd
 from jax_gather._cpu_client import single_device_sharding
+from tests.programs import stdout_with_cpu_devices
 
 pytestmark = pytest.mark.core  # the fast tier: pytest -m core
 
@@ -180,6 +181,49 @@ def test_arrays_in_host_memory_are_refused_clearly(op, indices, attr, jit):
             # Moved back as the message says, the same arrays gather.
             back = [jax.device_put(given[name], jax.memory.Space.Device) for name in ("data", "indices")]
             np.testing.assert_array_equal(call(*back), expected)
+
+
+_ON_TWO_DEVICES = """
+import re
+import jax, jax.numpy as jnp, numpy as np
+import jax_gather
+
+one, other = jax.devices()[:2]
+cases = [
+    (jax_gather.gather, [3, -1], "Gather"),
+    (jax_gather.gather_elements, [[1, -2, 0]], "GatherElements"),
+    (jax_gather.gather_nd, [[3, -1], [0, 2]], "GatherND"),
+]
+data = np.arange(12.0).reshape(4, 3)
+for op, indices, name in cases:
+    for mode in ("checked", "clip", "fill", "promise_in_bounds"):
+        call = lambda d, i: op(d, i, 0, mode=mode)
+        # Remembered first with both on one device: the eager call's own program then meets them.
+        expected = np.asarray(call(jax.device_put(data, one), jax.device_put(np.asarray(indices), one)))
+        for d, i in [(one, other), (other, one)]:
+            placed = jax.device_put(data, d), jax.device_put(np.asarray(indices), i)
+            try:
+                call(*placed)
+            except ValueError as error:
+                want = (f"{name}: data and indices must be on the same devices, got data on {d!r} "
+                        f"and indices on {i!r}; move one to the other's with jax.device_put")
+                assert str(error).startswith(want), str(error)
+            else:
+                raise AssertionError("no error")
+            # Moved as the message says, they gather; an uncommitted array goes where the other is.
+            moved = call(placed[0], jax.device_put(placed[1], placed[0].sharding))
+            np.testing.assert_array_equal(np.asarray(moved), expected)
+            np.testing.assert_array_equal(np.asarray(call(placed[0], jnp.asarray(indices))), expected)
+            np.testing.assert_array_equal(np.asarray(call(data, placed[1])), expected)
+print("ok")
+"""
+
+
+def test_arrays_committed_to_different_devices_are_refused_clearly():
+    # JAX's own error names the op's internal program (a partial of op_program, its plan and
+    # mode); the op's names the op, the arguments and their devices, eagerly even after a call
+    # of the same signature on one device was remembered.
+    assert stdout_with_cpu_devices(_ON_TWO_DEVICES, devices=2).strip() == "ok"
 
 
 _NAMES = {gather: "Gather", gather_elements: "GatherElements", gather_nd: "GatherND"}
