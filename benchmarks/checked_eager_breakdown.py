@@ -2,7 +2,7 @@
 
     python benchmarks/checked_eager_breakdown.py [--rounds 11]
 
-On an accelerator the checked mode's eager call (:func:`jax_gather._eager.checked_on_device`) is
+On an accelerator the checked mode's eager call (:func:`jax_gather._device_checked.checked_on_device`) is
 one program that gathers and judges the indices, and one int8 verdict read on the host. This
 times, round by round in one process, the overhead section's eager shapes (a 1000x64 float32
 table, 64 ids; GatherElements of 100x64 by 100x16) for:
@@ -30,7 +30,7 @@ import numpy as np
 from jax.experimental import checkify
 
 import jax_gather
-from jax_gather import _eager
+from jax_gather import _device_checked, _eager
 from jax_gather._cpu_client import single_device_sharding
 from jax_gather.bench.overhead import COLS, IDS, ROWS
 from jax_gather.bench.timing import time_call
@@ -44,14 +44,14 @@ def _median_call(call: Callable[[], Any], reps: int = 50) -> float:
 
 def _library_call(call: Callable[[], Any], verdict_in_device_memory: bool) -> Callable[[], Any]:
     """``call``, its signature's eager call made anew with the verdict where asked."""
-    real = _eager._host_memory_of
+    real = _device_checked._host_memory_of
     if verdict_in_device_memory:
-        _eager._host_memory_of = lambda where: None  # type: ignore[assignment]
+        _device_checked._host_memory_of = lambda where: None  # type: ignore[assignment]
     try:
         _eager.clear()
         call()  # makes and remembers the signature's call
     finally:
-        _eager._host_memory_of = real  # type: ignore[assignment]
+        _device_checked._host_memory_of = real  # type: ignore[assignment]
     return call
 
 

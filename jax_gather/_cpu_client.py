@@ -473,6 +473,22 @@ def default_device_is_cpu() -> bool:
     return getattr(device, "platform", device) == "cpu"  # a device, or a platform's name
 
 
+# JAX's transfer guard for copies from the host, set per thread by its contexts: a state object
+# where JAX has one (0.4.35 to 0.12 do), else None (no transfer is made that it might stop).
+_HOST_TO_DEVICE_GUARD: Any = getattr(
+    getattr(getattr(jax, "_src", None), "config", None), "transfer_guard_host_to_device", None
+)
+_UNSEEN = (None, "allow", "log_explicit", "disallow_explicit")
+
+
+def implicit_transfers_allowed() -> bool:
+    """Whether JAX's transfer guard lets a program's NumPy argument go to a device unseen
+    (neither stopped nor logged)."""
+    if _HOST_TO_DEVICE_GUARD is None:
+        return False
+    return getattr(_HOST_TO_DEVICE_GUARD, "value", "disallow") in _UNSEEN
+
+
 def on_host(indices: Any) -> bool:
     """Whether a concrete indices array can be read on the host without a transfer: NumPy, or
     a JAX array whose every shard is in this process's CPU memory."""

@@ -31,7 +31,6 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jax_gather import _cpu
@@ -46,11 +45,12 @@ from jax_gather._cpu_client import (
     aligned_for_cpu,
     data_placed,
     default_device_is_cpu,
+    implicit_transfers_allowed,
     int32_for_cpu,
     narrowed_in_chunks,
     on_host,
-    single_device_sharding,
 )
+from jax_gather._device_checked import checked_on_device
 from jax_gather._fill import element_bits
 from jax_gather._host_bounds import (
     NORMALISED_ON_HOST,
@@ -59,12 +59,13 @@ from jax_gather._host_bounds import (
     in_range_test,
     judge,
     judged_outside_range,
+    moved_in_range,
     narrow_host_indices,
     raise_if_out_of_bounds,
     verdict_test,
 )
 from jax_gather._host_gather import Recipe, host_gather, to_jax
-from jax_gather._traced_bounds import in_bounds_mask, in_range_mask, normalising_is_inline
+from jax_gather._traced_bounds import normalising_is_inline
 from jax_gather._x64 import X64_STATE, x64_on
 from jax_gather.plans import GatherPlan
 
@@ -215,6 +216,9 @@ def make_call(
     if mode is not Mode.CHECKED:
         program = placed(programs(mode))
         if type(indices) is not np.ndarray:
+            if mode is Mode.PROMISE_IN_BOUNDS and _normalised_here(plan, indices, checked=False):
+                test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
+                return _promised_on_host(plan, test, placed(programs(Mode.IN_RANGE)), program)
             return program  # nothing to prepare on the host (the signature holds both types)
         if mode is Mode.PROMISE_IN_BOUNDS and _to_int32(plan, indices):
             # A promise kept, every index fits int32: converted, not saturated (1 µs on 16);
@@ -243,15 +247,14 @@ def make_call(
             return _checked_few(plan, from_buffer, in_range, promise, None)
         return _checked_few(plan, (test, verdict_of), in_range, promise, None, host_view=True)
     # Indices some outside [0, s-1], whose normalising program runs on JAX's worker thread, are
-    # judged while it runs, dispatched first: a JAX array's, and more than NORMALISED_ON_HOST
-    # NumPy ones (fewer are normalised here, since NumPy's go to JAX as an array anyway).
-    # GatherElements of 8192-65536 float32 indices took 1.31-2.97x jnp's "fill" judged first,
-    # 0.53-1.14 judged while it ran (AMD EPYC; the worker thread, found asleep after the host's
-    # passes, woke while this thread judged); 1024 ids of a JAX array, a tenth negative,
-    # normalised here and handed to JAX as a new array, 2.4-2.9x, judged while gathered 1.4-1.5
-    # (AMD EPYC, JAX 0.10.2, 21 paired rounds).
-    many = type(indices) is not np.ndarray or indices.size > NORMALISED_ON_HOST
-    judged_while_gathered = not normalised_inline and many
+    # judged while it runs, dispatched first: more than NORMALISED_ON_HOST, and a JAX array's
+    # that are not normalised here (_normalised_here; fewer NumPy ones are, since they go to JAX
+    # as an array anyway). GatherElements of 8192-65536 float32 indices took 1.31-2.97x jnp's
+    # "fill" judged first, 0.53-1.14 judged while it ran (AMD EPYC; the worker thread, found
+    # asleep after the host's passes, woke while this thread judged).
+    judged_while_gathered = not normalised_inline and indices.size > NORMALISED_ON_HOST
+    jax_moved_here = type(indices) is not np.ndarray and _normalised_here(plan, indices, checked=True)
+    jax_on_worker = type(indices) is not np.ndarray and not normalised_inline
 
     # x64 off: 64-bit NumPy indices proved in [-s, s-1] convert exactly to int32 here, where
     # JAX's own conversion on the way costs more (16 int64 ids: a program's call 1 µs slower,
@@ -308,17 +311,19 @@ def make_call(
                 return in_range(data, narrowed)
         elif first_in_range and test(host[probe:] if probe else host):  # the common case
             return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
-        if judged_while_gathered:
+        moved_here = numpy or (jax_moved_here and may_move(indices))
+        if judged_while_gathered or (jax_on_worker and not moved_here):
             return judged_while_normalised(data, indices, host, numpy)
-        # Up to NORMALISED_ON_HOST NumPy indices are normalised here; a JAX array's that reach
-        # this point are normalised by a program on the calling thread (3 flops an index: up
-        # to 333 components), which costs less than a new transfer.
-        verdict, moved = judged_outside_range(plan, host, numpy)
+        # Up to NORMALISED_ON_HOST NumPy indices are normalised here, and a JAX array's whose
+        # normalising program would run on a worker thread (_normalised_here); fewer of a JAX
+        # array's are normalised by a program on the calling thread (3 flops an index: up to 333
+        # components), which costs less than a new transfer.
+        verdict, moved = judged_outside_range(plan, host, moved_here)
         if verdict is Verdict.OUT_OF_BOUNDS:
             raise_if_out_of_bounds(plan, host)
         if verdict is Verdict.IN_BOUNDS:
             return promise(data, in_bounds_for_cpu(indices) if numpy else indices)
-        return in_range(data, in_bounds_for_cpu(moved) if numpy and moved is not None else indices)
+        return in_range(data, in_bounds_for_cpu(moved) if moved is not None else indices)
 
     return checked
 
@@ -346,6 +351,61 @@ def _gathered_on_host(
         if by_program:
             return (in_range if verdict is _IN_RANGE else promise)(data, indices)
         return to_jax(recipe(data, indices, verdict))
+
+    return call
+
+
+# From this many, a checked call's CPU JAX array with negatives is normalised on the host
+# (_normalised_here); fewer go to the program that normalises them (a promise's, from 334).
+# Called back to back, that program's worker thread stays awake and its call is the faster
+# below it: Gather of 400 and 1024 float32 rows of 16, a tenth negative, 1.49 and 0.82 of
+# ``jnp.take``'s "fill" by that program, 2.12 and 1.30 normalised here; GatherElements along the
+# last axis 1.46-1.89 against 2.24-2.34; from 2048 ids both 0.23-0.99. With 30 µs of other work
+# after each call (the worker asleep: ~45 µs to wake), 0.99-1.05 against 0.22-0.50 at every
+# size (AMD EPYC, JAX 0.10.2, 9 paired rounds).
+CHECKED_MOVED_FROM = 2048
+
+
+def _normalised_here(plan: GatherPlan, indices: Any, checked: bool) -> bool:
+    """Whether a CPU JAX array's indices with negatives are normalised on the host, by NumPy, and
+    handed to the program that gathers indices in [0, s-1] (as NumPy's up to NORMALISED_ON_HOST
+    are), rather than to the one that normalises them: up to NORMALISED_ON_HOST on one device,
+    where that program would run on JAX's worker thread (``normalising_is_inline``), from
+    CHECKED_MOVED_FROM in the checked mode. A worker thread asleep, as it is after some 10-30 µs
+    of other work on the calling thread, takes ~45 µs to wake: a promise of GatherElements along
+    the last axis of 400-4096 float32 ids took 0.26-0.48 of ``jnp``'s so with 30 µs of other
+    work after each call, 1.16-2.35 by that program (back to back 0.48-0.51 and 0.26-1.13). At
+    the call, only where the indices :func:`may_move`."""
+    if normalising_is_inline(indices.size) or indices.size > NORMALISED_ON_HOST:
+        return False
+    if checked and indices.size < CHECKED_MOVED_FROM:
+        return False
+    return type(indices.sharding) is _SINGLE_DEVICE and on_host(indices)
+
+
+def may_move(indices: Any) -> bool:
+    """Whether a CPU JAX array's indices, normalised on the host, may go to JAX as a new NumPy
+    array: not where the array is committed to its device (NumPy's would go to the default
+    one), nor where JAX's transfer guard stops or logs a transfer the caller did not make."""
+    return not indices.committed and implicit_transfers_allowed()
+
+
+def _promised_on_host(
+    plan: GatherPlan, test: Callable[[np.ndarray], bool], in_range: Call, promise: Call
+) -> Call:
+    """A promise's call for a CPU JAX array's indices normalised on the host
+    (:func:`_normalised_here`): in [0, s-1] they go to ``in_range`` as they are, with
+    negatives normalised here (a broken promise's indices land outside [0, s-1], where the
+    gather's clamp reads some element of the axis), where they :func:`may_move`; else they go
+    to ``promise``."""
+
+    def call(data: Any, indices: Any) -> Any:
+        host = np.asarray(indices)  # no copy: on the host
+        if test(host):
+            return in_range(data, indices)
+        if not may_move(indices):
+            return promise(data, indices)
+        return in_range(data, aligned_for_cpu(moved_in_range(plan, host)))
 
     return call
 
@@ -414,62 +474,6 @@ _OUT_OF_BOUNDS, _IN_RANGE = Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE  # read on e
 _UNJUDGED = _OUT_OF_BOUNDS  # a promise's indices, to a host recipe: anywhere
 
 
-def checked_on_device(
-    plan: GatherPlan, programs: Callable[[Mode], Call], where: jax.sharding.Sharding | None = None
-) -> Call:
-    """The checked mode's eager call for indices that are not on the host (an accelerator's):
-    one program that gathers them as a promise would (negative ones normalised) and judges them
-    (:class:`Verdict`, by one reduction), then the one scalar back; out of bounds, the result
-    is dropped and the indices come to the host, to name the first bad one. One dispatch, as
-    ``jnp.take``'s eager call: on an H200, judging first and gathering after took two and cost
-    4.2-4.3x ``jnp.take``'s 80 µs.
-
-    ``where`` is the indices' sharding: on one device that has host memory of its own for
-    programs to write into (``pinned_host``), the verdict is written there, so reading it is
-    no copy of its own. On an H200 (JAX 0.11.2) this call took 87-99 µs, ``jnp.take``'s 63-67,
-    and with the verdict copied from the device's memory 191-193
-    (``benchmarks/checked_eager_breakdown.py``)."""
-    gathered_and_judged = gather_and_judge_program(plan, programs(Mode.PROMISE_IN_BOUNDS), where)
-
-    def call(data: Any, indices: Any) -> Any:
-        result = None
-        if under_a_trace():  # concrete indices in a trace open around: judged now all the same
-            with jax.ensure_compile_time_eval():
-                verdict = Verdict(int(_verdict_on_device(indices, plan=plan)))
-        else:
-            result, judged = gathered_and_judged(data, indices)
-            verdict = Verdict(judged.item())
-        if verdict is Verdict.OUT_OF_BOUNDS:
-            raise_if_out_of_bounds(plan, np.asarray(indices))
-        if result is None:  # the gather staged into the trace around
-            return programs(Mode.IN_RANGE if verdict is Verdict.IN_RANGE else Mode.PROMISE_IN_BOUNDS)(
-                data, indices
-            )
-        return result
-
-    return call
-
-
-def gather_and_judge_program(plan: GatherPlan, promise: Call, where: jax.sharding.Sharding | None) -> Call:
-    """``(promise(d, i), verdict)`` in one program, the verdict in host memory where ``where``'s
-    one device has some for programs to write into."""
-    gather_and_judge = lambda d, i: (promise(d, i), _verdict_on_device(i, plan=plan))
-    host = _host_memory_of(where)
-    if host is None:
-        return jax.jit(gather_and_judge)
-    return jax.jit(gather_and_judge, out_shardings=(None, host))
-
-
-def _host_memory_of(where: jax.sharding.Sharding | None) -> jax.sharding.Sharding | None:
-    """Host memory that the one device of ``where`` can write into, or None."""
-    if where is None or len(where.device_set) != 1:
-        return None
-    (device,) = where.device_set
-    if "pinned_host" not in {memory.kind for memory in device.addressable_memories()}:  # type: ignore[attr-defined]
-        return None
-    return single_device_sharding(device, memory_kind="pinned_host")
-
-
 def _to_int32(plan: GatherPlan, indices: Any) -> bool:
     """Whether NumPy indices are 64-bit ones that JAX would convert to int32 (x64 off), for
     axes that int32 addresses: in [-s, s-1], the conversion is exact."""
@@ -482,17 +486,3 @@ def _narrowed(indices: Any) -> Any:
     if type(indices) is np.ndarray:
         return aligned_for_cpu(narrow_host_indices(indices))
     return indices
-
-
-@functools.partial(jax.jit, static_argnames="plan")
-def _verdict_on_device(indices: jax.Array, plan: GatherPlan) -> jax.Array:
-    """The :class:`Verdict` on indices where they are, by one reduction: one int8 for the host
-    to read."""
-    if indices.size == 0:
-        return jnp.int8(Verdict.IN_RANGE)
-    in_bounds = jnp.all(in_bounds_mask(plan, indices))
-    in_range = jnp.all(in_range_mask(plan, indices))
-    verdict = jnp.where(
-        in_bounds, jnp.where(in_range, Verdict.IN_RANGE, Verdict.IN_BOUNDS), Verdict.OUT_OF_BOUNDS
-    )
-    return verdict.astype(jnp.int8)

@@ -10,18 +10,18 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_gather
-from jax_gather import _eager
+from jax_gather import _device_checked, _eager
 from tests.programs import benchmark_script
 
 
 def test_every_row_runs_and_the_library_is_left_as_it_was(capsys):
-    real = _eager._host_memory_of
+    real = _device_checked._host_memory_of
     assert benchmark_script("checked_eager_breakdown").main(["--rounds", "1"]) == 0
     out = capsys.readouterr().out
     for row in ("jnp.take", "one program, waited for", "pinned host verdict", "checkify + err.throw()"):
         assert row in out
     assert out.count("verdict in device memory") == 2
-    assert _eager._host_memory_of is real
+    assert _device_checked._host_memory_of is real
     _eager.clear()
     with np.testing.assert_raises(IndexError):
         jax_gather.gather(jnp.arange(3.0), jnp.asarray([3]))

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 
 import jax_gather
-from jax_gather import _cpu, _cpu_client, _eager, _host_bounds, _host_gather, ops, plans
+from jax_gather import _cpu, _cpu_client, _device_checked, _eager, _host_bounds, _host_gather, ops, plans
 from jax_gather._arguments import Mode
 from jax_gather._host_bounds import Verdict
 from jax_gather._lowering import Lowering
@@ -104,7 +104,7 @@ def test_concrete_arrays_inside_an_enclosing_jit():
     table, ids = jnp.arange(12.0).reshape(4, 3), jnp.asarray([0, -1])
     assert jax.jit(lambda: jax_gather.gather(table, ids))().tolist() == [[0, 1, 2], [9, 10, 11]]
     plan = plans.gather_plan(table.shape, ids.shape, 0)
-    on_device = _eager.checked_on_device(plan, ops._programs(plan, None))
+    on_device = _device_checked.checked_on_device(plan, ops._programs(plan, None))
     assert jax.jit(lambda: on_device(table, ids))().tolist() == [[0, 1, 2], [9, 10, 11]]
 
 
@@ -148,7 +148,7 @@ def test_the_checked_mode_judged_on_the_device_makes_no_host_to_device_transfer(
         plan = plan_fn(shape, indices.shape, attr)
         on_device = jnp.asarray(indices)
         where = on_device.sharding if verdict_in == "host memory" else None
-        call = _eager.checked_on_device(plan, ops._programs(plan, None), where)
+        call = _device_checked.checked_on_device(plan, ops._programs(plan, None), where)
         jax.clear_caches()  # the first call too, which compiles the reduction
         with jax.transfer_guard_host_to_device("disallow"):
             out = call(data, on_device)
@@ -168,7 +168,8 @@ def test_the_checked_mode_judged_on_the_device(name, verdict_in):
         asked = []
         programs = ops._programs(plan, None)
         where = jnp.asarray(indices).sharding if verdict_in == "host memory" else None
-        call = _eager.checked_on_device(plan, lambda mode: asked.append(mode) or programs(mode), where)
+        asking = lambda mode: asked.append(mode) or programs(mode)
+        call = _device_checked.checked_on_device(plan, asking, where)
         asked.clear()  # what the call is made with; on each call, no second program
         if want == "out":
             with pytest.raises(IndexError, match=re.escape("= 5 is out of bounds for axis 0 of size 5")):
@@ -191,17 +192,17 @@ def test_the_verdict_is_written_into_host_memory_where_the_indices_device_has_so
     default = device.default_memory().kind
     pinned = "pinned_host" if "pinned_host" in {m.kind for m in device.addressable_memories()} else default
     for where, memory in ((ids.sharding, pinned), (None, default)):
-        gathered, judged = _eager.gather_and_judge_program(plan, promise, where)(data, ids)
+        gathered, judged = _device_checked.gather_and_judge_program(plan, promise, where)(data, ids)
         assert judged.sharding.memory_kind == memory
         assert Verdict(judged.item()) is Verdict.IN_BOUNDS
         assert gathered.tolist() == [[9, 10, 11], [0, 1, 2]]
     # Indices spread over devices: one device's host memory would not hold their verdict.
     code = (
         "import jax; from jax.sharding import NamedSharding, PartitionSpec as P; "
-        "from jax_gather import _eager; "
+        "from jax_gather import _device_checked; "
         "mesh = jax.make_mesh((2,), ('x',)); "
-        "print(_eager._host_memory_of(NamedSharding(mesh, P('x'))), "
-        "_eager._host_memory_of(NamedSharding(mesh, P())))"
+        "print(_device_checked._host_memory_of(NamedSharding(mesh, P('x'))), "
+        "_device_checked._host_memory_of(NamedSharding(mesh, P())))"
     )
     assert stdout_with_cpu_devices(code, devices=2).split() == ["None", "None"]
 
@@ -260,10 +261,11 @@ def test_the_first_call_with_jax_arrays_is_remembered(monkeypatch):
 
 @pytest.mark.parametrize("n", [334, 1024, _host_bounds.NORMALISED_ON_HOST + 1])
 def test_negative_indices_of_a_cpu_array_are_judged_while_their_program_runs(monkeypatch, n):
-    # From 334 components (3 flops each: past INLINE_FLOPS) the program that normalises them is
+    # From 334 components (3 flops each: past INLINE_FLOPS), where a transfer guard stops
+    # transfers (and from NORMALISED_ON_HOST + 1 always), the program that normalises them is
     # dispatched first, to JAX's worker thread, and this thread judges them while it runs: no
-    # new array is made on the host and handed over (so a transfer guard has nothing to stop).
-    # Out of bounds, its result is dropped and the call raises as before.
+    # new array is made on the host and handed over (so the guard has nothing to stop). Out of
+    # bounds, its result is dropped and the call raises as before.
     assert not normalising_is_inline(n)
     with jax.default_device(jax.devices("cpu")[0]):  # CPU arrays, also beside an accelerator
         data = jnp.asarray(make_data((1000, 4), np.float32, 0))
@@ -280,8 +282,8 @@ def test_negative_indices_of_a_cpu_array_are_judged_while_their_program_runs(mon
             jax_gather.gather(data, jnp.asarray(bad))
 
 
-@pytest.mark.parametrize("numpy", [False, True])
-def test_after_negative_indices_the_next_are_normalised_without_the_test_first(monkeypatch, request, numpy):
+@pytest.mark.parametrize("kind", ["numpy", "jax", "committed"])
+def test_after_negative_indices_the_next_are_normalised_without_the_test_first(monkeypatch, request, kind):
     # Once a call's indices had negatives, the next call of that signature dispatches the
     # normalising program before any test of [0, s-1] and judges them while it runs; indices in
     # [0, s-1] send the call after back to the test (and its program that gathers them as they
@@ -298,13 +300,17 @@ def test_after_negative_indices_the_next_are_normalised_without_the_test_first(m
     monkeypatch.setattr(_eager, "make_call", make_call)
     _eager.clear()
     request.addfinalizer(_eager.clear)
-    n = _host_bounds.NORMALISED_ON_HOST + 1 if numpy else 1024
+    # (A JAX array's up to NORMALISED_ON_HOST are normalised on the host where they may move.)
+    n = 1024 if kind == "committed" else _host_bounds.NORMALISED_ON_HOST + 1
     data = jnp.asarray(make_data((1000, 4), np.float32, 0))  # not gathered on the host by NumPy
     rng = np.random.default_rng(3)
     negative, in_range = rng.integers(-1000, 1000, n), rng.integers(0, 1000, n)
     bad = negative.copy()
     bad[n // 3] = -1001
-    given = (lambda ids: ids) if numpy else jnp.asarray
+    cpu = jax.devices("cpu")[0]
+    given = {"numpy": lambda ids: ids, "jax": jnp.asarray, "committed": lambda ids: jax.device_put(ids, cpu)}[
+        kind
+    ]
     for ids, tests, program in [
         (in_range, 1, Mode.IN_RANGE),
         (negative, 1, Mode.PROMISE_IN_BOUNDS),  # the test fails: then normalised
@@ -320,6 +326,78 @@ def test_after_negative_indices_the_next_are_normalised_without_the_test_first(m
         jax_gather.gather(data, given(negative))
         with pytest.raises(IndexError, match=re.escape(f"indices[{n // 3}] = -1001 is out of bounds")):
             jax_gather.gather(data, given(bad))
+
+
+@pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
+@pytest.mark.parametrize(
+    "n", [334, _eager.CHECKED_MOVED_FROM - 1, _eager.CHECKED_MOVED_FROM, _host_bounds.NORMALISED_ON_HOST]
+)
+def test_a_cpu_arrays_negative_indices_are_normalised_on_the_host_where_they_may_move(
+    monkeypatch, request, mode, n
+):
+    # A CPU JAX array's indices whose normalising program would run on JAX's worker thread are
+    # tested on the host; in [0, s-1] they go as they are to the program that gathers them so,
+    # with negatives normalised here (as NumPy), and to it: never the worker's program (in the
+    # checked mode from CHECKED_MOVED_FROM). Not where they may not move (an array committed
+    # to its device, a transfer guard that stops or logs transfers): there the program that
+    # normalises them takes them.
+    assert not normalising_is_inline(n)
+    programs = []
+    real_make = _eager.make_call
+
+    def make_call(plan, mode, programs_of, data, indices):  # each program a call takes, by mode
+        named = lambda m: (lambda program: lambda d, i: programs.append((m, type(i))) or program(d, i))(
+            programs_of(m)
+        )
+        return real_make(plan, mode, named, data, indices)
+
+    monkeypatch.setattr(_eager, "make_call", make_call)
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    cpu = jax.devices("cpu")[0]
+    here = mode == "promise_in_bounds" or n >= _eager.CHECKED_MOVED_FROM
+    moved = (Mode.IN_RANGE, np.ndarray) if here else (Mode.PROMISE_IN_BOUNDS, jax.Array)
+    with jax.default_device(cpu):
+        data = jnp.asarray(make_data((1000, 4), np.float32, 0))
+        rng = np.random.default_rng(5)
+        negative, in_range = rng.integers(-1000, 1000, n), rng.integers(0, 1000, n)
+        cases = [
+            (jnp.asarray(in_range), contextlib.nullcontext(), Mode.IN_RANGE, jax.Array),
+            (jnp.asarray(negative), contextlib.nullcontext()) + moved,
+            (
+                jnp.asarray(negative),
+                jax.transfer_guard_host_to_device("disallow"),
+                Mode.PROMISE_IN_BOUNDS,
+                jax.Array,
+            ),
+            (
+                jnp.asarray(negative),
+                jax.transfer_guard_host_to_device("log"),
+                Mode.PROMISE_IN_BOUNDS,
+                jax.Array,
+            ),
+            (jax.device_put(negative, cpu), contextlib.nullcontext(), Mode.PROMISE_IN_BOUNDS, jax.Array),
+        ]
+        for ids, guard, program, kind in cases:
+            programs.clear()
+            with guard:
+                got = jax_gather.gather(data, ids, mode=mode)
+            np.testing.assert_array_equal(got, reference.gather(np.asarray(data), np.asarray(ids), 0))
+            assert [(m, issubclass(t, kind)) for m, t in programs] == [(program, True)], (
+                ids.committed,
+                guard,
+            )
+        if mode == "checked":
+            bad = negative.copy()
+            bad[n // 2] = 1000
+            with pytest.raises(IndexError, match=re.escape(f"indices[{n // 2}] = 1000 is out of bounds")):
+                jax_gather.gather(data, jnp.asarray(bad))
+        else:  # a broken promise reads some row of the table
+            broken = negative.copy()
+            broken[: n // 2] = rng.integers(-(2**31), 2**31 - 1, n // 2)
+            got = np.asarray(jax_gather.gather(data, jnp.asarray(broken), mode=mode))
+            table = np.asarray(data)
+            assert all(any((row == r).all() for r in table) for row in got)
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])  # int64: narrowed a chunk at a time
