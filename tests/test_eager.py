@@ -400,6 +400,29 @@ def test_a_cpu_arrays_negative_indices_are_normalised_on_the_host_where_they_may
             assert all(any((row == r).all() for r in table) for row in got)
 
 
+@pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
+@pytest.mark.parametrize("name", ["gather_elements", "gather_nd"])
+def test_index_tuples_and_elements_normalised_on_the_host_read_what_numpy_reads(monkeypatch, name, mode):
+    # GatherElements' indices and GatherND's index tuples (each component against its own axis)
+    # take the same path as Gather's: normalised on the host, gathered as they are.
+    handed = []
+    real_normalise = _eager.moved_in_range if mode == "promise_in_bounds" else _eager.judged_outside_range
+    target = "moved_in_range" if mode == "promise_in_bounds" else "judged_outside_range"
+    monkeypatch.setattr(_eager, target, lambda *a: handed.append(1) or real_normalise(*a))
+    op = ops_table.OPS[name]
+    data = make_data((50, 40, 3), np.float32, 0)
+    rng = np.random.default_rng(7)
+    components = _eager.CHECKED_MOVED_FROM
+    if name == "gather_nd":
+        ids = np.stack([rng.integers(-50, 50, components // 2), rng.integers(-40, 40, components // 2)], -1)
+    else:
+        ids = rng.integers(-50, 50, (-(-components // 6), 2, 3))  # at least that many
+    for _ in range(2):
+        got = op.fn(jnp.asarray(data), jnp.asarray(ids), 0, mode=mode)
+        np.testing.assert_array_equal(np.asarray(got), op.reference(data, ids, 0))
+    assert handed == [1, 1]
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])  # int64: narrowed a chunk at a time
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_many_checked_indices_are_probed_first_then_judged_while_gathered(monkeypatch, request, dtype, where):
