@@ -216,7 +216,7 @@ def make_call(
     if mode is not Mode.CHECKED:
         program = placed(programs(mode))
         if type(indices) is not np.ndarray:
-            if mode is Mode.PROMISE_IN_BOUNDS and _normalised_here(plan, indices, checked=False):
+            if mode is Mode.PROMISE_IN_BOUNDS and _normalised_here(indices, checked=False):
                 test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
                 return _promised_on_host(plan, test, placed(programs(Mode.IN_RANGE)), program)
             return program  # nothing to prepare on the host (the signature holds both types)
@@ -253,7 +253,7 @@ def make_call(
     # "fill" judged first, 0.53-1.14 judged while it ran (AMD EPYC; the worker thread, found
     # asleep after the host's passes, woke while this thread judged).
     judged_while_gathered = not normalised_inline and indices.size > NORMALISED_ON_HOST
-    jax_moved_here = type(indices) is not np.ndarray and _normalised_here(plan, indices, checked=True)
+    jax_moved_here = type(indices) is not np.ndarray and _normalised_here(indices, checked=True)
     jax_on_worker = type(indices) is not np.ndarray and not normalised_inline
 
     # x64 off: 64-bit NumPy indices proved in [-s, s-1] convert exactly to int32 here, where
@@ -366,7 +366,7 @@ def _gathered_on_host(
 CHECKED_MOVED_FROM = 2048
 
 
-def _normalised_here(plan: GatherPlan, indices: Any, checked: bool) -> bool:
+def _normalised_here(indices: Any, checked: bool) -> bool:
     """Whether a CPU JAX array's indices with negatives are normalised on the host, by NumPy, and
     handed to the program that gathers indices in [0, s-1] (as NumPy's up to NORMALISED_ON_HOST
     are), rather than to the one that normalises them: up to NORMALISED_ON_HOST on one device,

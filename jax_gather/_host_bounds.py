@@ -118,6 +118,14 @@ READ_ONLY_ARGMAX_BELOW = 32768
 LISTED_UP_TO = 8
 
 
+def _unsigned_bounds(plan: GatherPlan, dtype: np.dtype) -> list[int]:
+    """Per index component, the bound below which an index viewed unsigned is in [0, s-1]: s,
+    or for a signed dtype whose non-negative values are all below s, where its negatives start
+    (2**(bits-1))."""
+    limit = int(np.iinfo(dtype).max) + 1 if dtype in _SIGNED_TO_UNSIGNED else None
+    return [s if limit is None else min(s, limit) for s in plan.index_sizes]
+
+
 @functools.lru_cache(maxsize=256)
 def in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[np.ndarray], bool]:
     """:func:`in_range_on_host` for indices of this dtype and size, with everything that does
@@ -127,10 +135,7 @@ def in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[np.
     if not all(isinstance(s, int) for s in plan.index_sizes):
         return lambda indices: False  # symbolic axes (jax.export): left to judge
     unsigned = _SIGNED_TO_UNSIGNED.get(dtype, dtype)
-    # The bound below which an index viewed unsigned is in [0, s-1]: s, or for a signed dtype
-    # whose non-negative values are all below s, where its negatives start (2**(bits-1)).
-    limit = int(np.iinfo(dtype).max) + 1 if dtype in _SIGNED_TO_UNSIGNED else None
-    bounds = [s if limit is None else min(s, limit) for s in plan.index_sizes]
+    bounds = _unsigned_bounds(plan, dtype)
     if not plan.tuple_indices:
         (bound,) = bounds
         maximum = np.maximum.reduce  # NumPy's max() without its Python wrapper: ~0.2 µs a call
@@ -291,7 +296,7 @@ def buffer_tests(
     # The test reads them unsigned, as in_range_test does (a negative index becomes huge).
     unpack_unsigned = struct.Struct(f"={size}{code.upper()}").unpack_from
     (bound,) = plan.index_sizes
-    in_range_below = min(bound, 1 << (8 * dtype.itemsize - 1)) if dtype.kind == "i" else bound
+    (in_range_below,) = _unsigned_bounds(plan, dtype)
     low_bound, out, in_range, in_bounds = -bound, Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE, Verdict.IN_BOUNDS
 
     def in_range_from_buffer(indices: Any) -> bool:
