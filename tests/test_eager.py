@@ -485,6 +485,9 @@ def test_a_second_call_compiles_nothing():
         _host_bounds.LISTED_UP_TO + 1,
         4095,
         4096,
+        _host_bounds.READ_ONLY_COPIED_BELOW // 8 - 1,
+        _host_bounds.READ_ONLY_COPIED_BELOW // 8,
+        _host_bounds.READ_ONLY_COPIED_BELOW // 4,
         _host_bounds.ARGMAX_UP_TO,
         _host_bounds.ARGMAX_UP_TO + 1,
     ],
@@ -492,18 +495,20 @@ def test_a_second_call_compiles_nothing():
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint64])
 def test_the_bounds_tests_either_side_of_their_switch_to_a_reduction(count, dtype, writeable):
     # Up to LISTED_UP_TO indices the verdict finds the extremes in a Python list, then up to
-    # ARGMAX_UP_TO the test and the verdict by argmax and argmin, past it (and from
-    # READ_ONLY_ARGMAX_BELOW bytes of indices that are not writeable, as a CPU JAX array's host
-    # view) by a reduction: each must see a negative index, and one equal to the axis' size,
-    # wherever it lies.
+    # ARGMAX_UP_TO the test and the verdict by argmax and argmin, past it by a reduction; indices
+    # that are not writeable (as a CPU JAX array's host view), told so or not, are copied first
+    # below READ_ONLY_COPIED_BELOW bytes, and from it judged by reductions: each must see a
+    # negative index, and one equal to the axis' size, wherever it lies.
     size = 100
     plan = plans.gather_plan((size,), (count,), 0)
     test = _host_bounds.in_range_test(plan, np.dtype(dtype), count)
-    verdict = _host_bounds.verdict_test(plan, count) or functools.partial(_host_bounds.judge, plan)
+    by_judge = functools.partial(_host_bounds.judge, plan)
+    verdicts = [_host_bounds.verdict_test(plan, count, read_only) or by_judge for read_only in (False, True)]
     fixed = lambda ids: ids if writeable else np.frombuffer(ids.tobytes(), ids.dtype)  # read-only
     good = (np.arange(count) % size).astype(dtype)
     for ids in (good, good[::-1].copy()):
-        assert test(fixed(ids)) and verdict(fixed(ids)) is _host_bounds.Verdict.IN_RANGE
+        assert test(fixed(ids))
+        assert [verdict(fixed(ids)) for verdict in verdicts] == [_host_bounds.Verdict.IN_RANGE] * 2
     for bad in [-1, -size, size, 127] if dtype != np.uint64 else [size, 2**64 - 1]:
         for where in (0, count // 2, count - 1):
             ids = good.copy()
@@ -512,7 +517,7 @@ def test_the_bounds_tests_either_side_of_their_switch_to_a_reduction(count, dtyp
             expected = (
                 _host_bounds.Verdict.IN_BOUNDS if -size <= bad < 0 else _host_bounds.Verdict.OUT_OF_BOUNDS
             )
-            assert verdict(fixed(ids)) is expected, (bad, where)
+            assert [verdict(fixed(ids)) for verdict in verdicts] == [expected] * 2, (bad, where)
 
 
 @pytest.mark.parametrize("count", [1, _host_bounds.BUFFER_LISTED_UP_TO])
