@@ -45,7 +45,6 @@ from jax_gather._cpu_client import (
     aligned_for_cpu,
     data_placed,
     default_device_is_cpu,
-    implicit_transfers_allowed,
     int32_for_cpu,
     narrowed_in_chunks,
     on_host,
@@ -59,12 +58,18 @@ from jax_gather._host_bounds import (
     in_range_test,
     judge,
     judged_outside_range,
-    moved_in_range,
     narrow_host_indices,
     raise_if_out_of_bounds,
     verdict_test,
 )
 from jax_gather._host_gather import Recipe, host_gather, to_jax
+from jax_gather._moved_on_host import (
+    SINGLE_DEVICE,
+    inline_once,
+    may_move,
+    normalised_here,
+    promised_on_host,
+)
 from jax_gather._traced_bounds import normalising_is_inline
 from jax_gather._x64 import X64_STATE, x64_on
 from jax_gather.plans import GatherPlan
@@ -75,19 +80,6 @@ JAX_ARRAY_TYPES: set[type] = set()
 # Enough for every signature of a program's eager calls; cleared whole when full.
 _CAPACITY = 512
 _calls: dict[Hashable, Call] = {}
-
-
-# The type of a JAX array's sharding onto one device, read from where it is defined (JAX 0.12.1
-# deprecates jax.sharding's name); without it, signatures hold the sharding itself (signature).
-def _single_device_type() -> type | None:
-    try:
-        from jax._src.sharding_impls import SingleDeviceSharding
-    except ImportError:  # pragma: no cover - another JAX's layout
-        return None
-    return SingleDeviceSharding
-
-
-_SINGLE_DEVICE: Any = _single_device_type()
 
 
 def _avals_hold_memory_space() -> bool:  # from JAX 0.5 or so
@@ -130,7 +122,7 @@ def signature(
         indices_aval, where = indices, None
     elif type(indices) in JAX_ARRAY_TYPES:
         indices_aval, where = indices.aval, indices.sharding
-        if type(where) is _SINGLE_DEVICE:
+        if type(where) is SINGLE_DEVICE:
             # Its device and memory: each new array has a sharding of its own, whose == (in
             # Python) took 0.29 µs of a 5.5 µs call where the key's lookup found it (0.05 as these).
             try:
@@ -216,9 +208,10 @@ def make_call(
     if mode is not Mode.CHECKED:
         program = placed(programs(mode))
         if type(indices) is not np.ndarray:
-            if mode is Mode.PROMISE_IN_BOUNDS and _normalised_here(indices, checked=False):
+            if mode is Mode.PROMISE_IN_BOUNDS and normalised_here(indices, checked=False):
                 test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
-                return _promised_on_host(plan, test, placed(programs(Mode.IN_RANGE)), program)
+                inline = inline_once(programs(Mode.IN_RANGE), indices.size)
+                return promised_on_host(plan, test, inline, placed(programs(Mode.IN_RANGE)), program)
             return program  # nothing to prepare on the host (the signature holds both types)
         if mode is Mode.PROMISE_IN_BOUNDS and _to_int32(plan, indices):
             # A promise kept, every index fits int32: converted, not saturated (1 µs on 16);
@@ -239,7 +232,8 @@ def make_call(
     # in one pass, which costs what the test of [0, s-1] alone does (128 int64 ids: 0.70
     # against 0.62 µs), where a failed test was followed by the judgement.
     read_only = type(indices) is not np.ndarray  # a CPU JAX array's host view
-    verdict_of = verdict_test(plan, indices.size, read_only) if normalised_inline else None
+    by_argmin_argmax = verdict_test(plan, indices.size, read_only)
+    verdict_of = by_argmin_argmax if normalised_inline else None
     if verdict_of is not None:
         if type(indices) is np.ndarray:
             return _checked_few(plan, (test, verdict_of), in_range, promise, _narrowed if narrow else None)
@@ -249,12 +243,12 @@ def make_call(
         return _checked_few(plan, (test, verdict_of), in_range, promise, None, host_view=True)
     # Indices some outside [0, s-1], whose normalising program runs on JAX's worker thread, are
     # judged while it runs, dispatched first: more than NORMALISED_ON_HOST, and a JAX array's
-    # that are not normalised here (_normalised_here; fewer NumPy ones are, since they go to JAX
+    # that are not normalised here (normalised_here; fewer NumPy ones are, since they go to JAX
     # as an array anyway). GatherElements of 8192-65536 float32 indices took 1.31-2.97x jnp's
     # "fill" judged first, 0.53-1.14 judged while it ran (AMD EPYC; the worker thread, found
     # asleep after the host's passes, woke while this thread judged).
     judged_while_gathered = not normalised_inline and indices.size > NORMALISED_ON_HOST
-    jax_moved_here = type(indices) is not np.ndarray and _normalised_here(indices, checked=True)
+    jax_moved_here = type(indices) is not np.ndarray and normalised_here(indices, checked=True)
     jax_on_worker = type(indices) is not np.ndarray and not normalised_inline
 
     # x64 off: 64-bit NumPy indices proved in [-s, s-1] convert exactly to int32 here, where
@@ -290,6 +284,8 @@ def make_call(
     # dispatch: dispatched while its view was held, the program of 400 float32 rows of 16 took
     # 8.1-15.3 µs with the verdict, 6.2 when the view followed (AMD EPYC, JAX 0.10.2).
     negatives_last = False
+    # judge's verdict, without its lookup on every call (0.3 of its 1.0 µs on 400 ids)
+    judged = by_argmin_argmax or functools.partial(judge, plan)
 
     def judged_while_normalised(data: Any, indices: Any, host: np.ndarray | None, numpy: bool) -> Any:
         nonlocal negatives_last
@@ -298,7 +294,7 @@ def make_call(
         result = promise(data, in_bounds_for_cpu(indices) if numpy else indices)
         if host is None:
             host = np.asarray(indices)
-        verdict = judge(plan, host)
+        verdict = judged(host)
         if verdict is _OUT_OF_BOUNDS:
             raise_if_out_of_bounds(plan, host)
         negatives_last = verdict is not _IN_RANGE
@@ -320,7 +316,7 @@ def make_call(
         if judged_while_gathered or (jax_on_worker and not moved_here):
             return judged_while_normalised(data, indices, host, numpy)
         # Up to NORMALISED_ON_HOST NumPy indices are normalised here, and a JAX array's whose
-        # normalising program would run on a worker thread (_normalised_here); fewer of a JAX
+        # normalising program would run on a worker thread (normalised_here); fewer of a JAX
         # array's are normalised by a program on the calling thread (3 flops an index: up to 333
         # components), which costs less than a new transfer.
         verdict, moved = judged_outside_range(plan, host, moved_here)
@@ -356,61 +352,6 @@ def _gathered_on_host(
         if by_program:
             return (in_range if verdict is _IN_RANGE else promise)(data, indices)
         return to_jax(recipe(data, indices, verdict))
-
-    return call
-
-
-# From this many, a checked call's CPU JAX array with negatives is normalised on the host
-# (_normalised_here); fewer go to the program that normalises them (a promise's, from 334).
-# Called back to back, that program's worker thread stays awake and its call is the faster
-# below it: Gather of 400 and 1024 float32 rows of 16, a tenth negative, 1.49 and 0.82 of
-# ``jnp.take``'s "fill" by that program, 2.12 and 1.30 normalised here; GatherElements along the
-# last axis 1.46-1.89 against 2.24-2.34; from 2048 ids both 0.23-0.99. With 30 µs of other work
-# after each call (the worker asleep: ~45 µs to wake), 0.99-1.05 against 0.22-0.50 at every
-# size (AMD EPYC, JAX 0.10.2, 9 paired rounds).
-CHECKED_MOVED_FROM = 2048
-
-
-def _normalised_here(indices: Any, checked: bool) -> bool:
-    """Whether a CPU JAX array's indices with negatives are normalised on the host, by NumPy, and
-    handed to the program that gathers indices in [0, s-1] (as NumPy's up to NORMALISED_ON_HOST
-    are), rather than to the one that normalises them: up to NORMALISED_ON_HOST on one device,
-    where that program would run on JAX's worker thread (``normalising_is_inline``), from
-    CHECKED_MOVED_FROM in the checked mode. A worker thread asleep, as it is after some 10-30 µs
-    of other work on the calling thread, takes ~45 µs to wake: a promise of GatherElements along
-    the last axis of 400-4096 float32 ids took 0.26-0.48 of ``jnp``'s so with 30 µs of other
-    work after each call, 1.16-2.35 by that program (back to back 0.48-0.51 and 0.26-1.13). At
-    the call, only where the indices :func:`may_move`."""
-    if normalising_is_inline(indices.size) or indices.size > NORMALISED_ON_HOST:
-        return False
-    if checked and indices.size < CHECKED_MOVED_FROM:
-        return False
-    return type(indices.sharding) is _SINGLE_DEVICE and on_host(indices)
-
-
-def may_move(indices: Any) -> bool:
-    """Whether a CPU JAX array's indices, normalised on the host, may go to JAX as a new NumPy
-    array: not where the array is committed to its device (NumPy's would go to the default
-    one), nor where JAX's transfer guard stops or logs a transfer the caller did not make."""
-    return not indices.committed and implicit_transfers_allowed()
-
-
-def _promised_on_host(
-    plan: GatherPlan, test: Callable[[np.ndarray], bool], in_range: Call, promise: Call
-) -> Call:
-    """A promise's call for a CPU JAX array's indices normalised on the host
-    (:func:`_normalised_here`): in [0, s-1] they go to ``in_range`` as they are, with
-    negatives normalised here (a broken promise's indices land outside [0, s-1], where the
-    gather's clamp reads some element of the axis), where they :func:`may_move`; else they go
-    to ``promise``."""
-
-    def call(data: Any, indices: Any) -> Any:
-        host = np.asarray(indices)  # no copy: on the host
-        if test(host):
-            return in_range(data, indices)
-        if not may_move(indices):
-            return promise(data, indices)
-        return in_range(data, aligned_for_cpu(moved_in_range(plan, host)))
 
     return call
 

@@ -108,17 +108,15 @@ def in_range_on_host(plan: GatherPlan, indices: np.ndarray) -> bool:
 # 65536 level (int32) or 0.82x (int64); on 2**20 int32, 199 against 181 µs.
 ARGMAX_UP_TO = 65536
 # Fact (NumPy 2.4): argmax and argmin copy an array that is not writeable first (a CPU JAX
-# array's host view, np.frombuffer's), from this many bytes the reduction is the faster: 8192
+# array's host view, np.frombuffer's), from this many bytes a reduction is the faster: 8192
 # int32 1.37 against 1.23 µs, 65536 7.4 against 3.3, 65536 int64 16.5 against 5.8; 2048 int32
-# 1.02 against 1.48 (a writeable copy's argmax: 0.28-2.8 µs; AMD EPYC).
+# 1.02 against 1.48 (a writeable copy's argmax: 0.28-2.8 µs; AMD EPYC). Below it, such indices
+# are copied once for their verdict's argmin and argmax, which would copy them twice (129
+# int32 0.60 against 0.71 µs, 2048 0.84 against 1.05; one argmax gains nothing by it). Alone a
+# copy stays the faster up to 64 KiB (8192 int32 1.45 against 1.93 by the reductions), but
+# there it slowed the call whose program it overlaps: GatherElements of 8192 ids of a JAX array,
+# a tenth negative, 0.67-2.09 of jnp's fill in five runs, 0.45-0.46 in three by the reductions.
 READ_ONLY_ARGMAX_BELOW = 32768
-# Below this many bytes, indices that are not writeable are copied once before their argmin
-# and argmax, which would each copy them (see READ_ONLY_ARGMAX_BELOW); from it, a minimum and a
-# maximum reduction are the faster: argmin and argmax of a copy against of the read-only array
-# and against the reductions, int32: 129 ids 0.60 / 0.71 / 1.62 µs, 2048 0.84 / 1.05 / 1.72,
-# 8192 1.45 / 1.90 / 1.93, 16384 2.34 / 3.10 / 2.32; int64: 4096 1.50 / 1.99 / 2.01, 16384
-# 4.14 / 5.67 / 3.44 (NumPy 2.4, AMD EPYC). One argmax gains nothing by a copy of its own.
-READ_ONLY_COPIED_BELOW = 65536
 # Up to this many indices their verdict is found faster from a Python list, by min() and max():
 # on 1 int32 index 0.18 against 0.60 µs by argmin and argmax, on 8 0.35 against 0.60, on 16
 # level (NumPy 2.4, AMD EPYC); the few-id eager call's one cost besides its program and host view.
@@ -241,10 +239,10 @@ def verdict_test(
     """For up to ``ARGMAX_UP_TO`` indices, one per element, :func:`judge`'s verdict by argmin and
     argmax, which have no ufunc machinery: on 64 int32 indices 0.75 µs, where min() and max()
     took 2.5, and the in-range test alone 0.65 (up to LISTED_UP_TO indices, by Python's min and
-    max of a list). Of indices that are not writeable (a CPU JAX array's host view): told so by
-    ``read_only``, or asked from READ_ONLY_ARGMAX_BELOW bytes, they are copied once first, and
-    from READ_ONLY_COPIED_BELOW bytes judged by a minimum and a maximum. None for others (index
-    tuples, more indices, symbolic sizes)."""
+    max of a list). Indices that are not writeable (a CPU JAX array's host view: ``read_only``,
+    else asked where it matters) are copied once first, and from READ_ONLY_ARGMAX_BELOW bytes
+    judged by a minimum and a maximum instead. None for others (index tuples, more indices,
+    symbolic sizes)."""
     (bound,) = plan.index_sizes if not plan.tuple_indices else (None,)
     if not isinstance(bound, int) or not 0 < size <= ARGMAX_UP_TO:
         return None
@@ -266,15 +264,13 @@ def verdict_test(
 
     if size <= LISTED_UP_TO:
         return by_list
-    if read_only and size * 8 < READ_ONLY_COPIED_BELOW:  # whatever their integer type
-        return lambda indices: by_argmin_argmax(indices.copy())
-    if not read_only and size * 8 < READ_ONLY_ARGMAX_BELOW:
-        return by_argmin_argmax
+    if size * 8 < READ_ONLY_ARGMAX_BELOW:  # whatever their integer type
+        return (lambda indices: by_argmin_argmax(indices.copy())) if read_only else by_argmin_argmax
 
     def where_writeable(indices: np.ndarray) -> Verdict:
         if indices.flags.writeable:
             return by_argmin_argmax(indices)
-        if indices.nbytes < READ_ONLY_COPIED_BELOW:
+        if indices.nbytes < READ_ONLY_ARGMAX_BELOW:
             return by_argmin_argmax(indices.copy())
         return _by_reductions(plan, indices)
 

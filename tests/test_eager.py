@@ -14,7 +14,17 @@ import pytest
 from hypothesis import given
 
 import jax_gather
-from jax_gather import _cpu, _cpu_client, _device_checked, _eager, _host_bounds, _host_gather, ops, plans
+from jax_gather import (
+    _cpu,
+    _cpu_client,
+    _device_checked,
+    _eager,
+    _host_bounds,
+    _host_gather,
+    _moved_on_host,
+    ops,
+    plans,
+)
 from jax_gather._arguments import Mode
 from jax_gather._host_bounds import Verdict
 from jax_gather._lowering import Lowering
@@ -282,22 +292,39 @@ def test_negative_indices_of_a_cpu_array_are_judged_while_their_program_runs(mon
             jax_gather.gather(data, jnp.asarray(bad))
 
 
+def _programs_taken(monkeypatch, record):
+    """A list of ``record(mode, indices)`` for each program an eager call takes from now on (its
+    calls made anew: clear _eager's). Each program keeps its ``lower``, which the eager path may
+    compile to ask where it runs."""
+    taken = []
+    real_make = _eager.make_call
+
+    def counted(program, mode):
+        def call(data, indices):
+            taken.append(record(mode, indices))
+            return program(data, indices)
+
+        call.lower = program.lower
+        return call
+
+    def make_call(plan, mode, programs_of, data, indices):
+        return real_make(plan, mode, lambda m: counted(programs_of(m), m), data, indices)
+
+    monkeypatch.setattr(_eager, "make_call", make_call)
+    return taken
+
+
 @pytest.mark.parametrize("kind", ["numpy", "jax", "committed"])
 def test_after_negative_indices_the_next_are_normalised_without_the_test_first(monkeypatch, request, kind):
     # Once a call's indices had negatives, the next call of that signature dispatches the
     # normalising program before any test of [0, s-1] and judges them while it runs; indices in
     # [0, s-1] send the call after back to the test (and its program that gathers them as they
     # are). Out of bounds raises either way, and every result is the reference's.
-    tested, programs = [], []
-    real_test, real_make = _eager.in_range_test, _eager.make_call
+    tested = []
+    real_test = _eager.in_range_test
     counted = lambda *a: (lambda test: lambda ids: tested.append(ids.size) or test(ids))(real_test(*a))
     monkeypatch.setattr(_eager, "in_range_test", counted)
-
-    def make_call(plan, mode, programs_of, data, indices):  # each program a call takes, by mode
-        named = lambda m: (lambda program: lambda *a: programs.append(m) or program(*a))(programs_of(m))
-        return real_make(plan, mode, named, data, indices)
-
-    monkeypatch.setattr(_eager, "make_call", make_call)
+    programs = _programs_taken(monkeypatch, lambda mode, indices: mode)
     _eager.clear()
     request.addfinalizer(_eager.clear)
     # (A JAX array's up to NORMALISED_ON_HOST are normalised on the host where they may move.)
@@ -330,39 +357,50 @@ def test_after_negative_indices_the_next_are_normalised_without_the_test_first(m
 
 @pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
 @pytest.mark.parametrize(
-    "n", [334, _eager.CHECKED_MOVED_FROM - 1, _eager.CHECKED_MOVED_FROM, _host_bounds.NORMALISED_ON_HOST]
+    "n",
+    [
+        334,
+        _moved_on_host.CHECKED_MOVED_FROM - 1,
+        _moved_on_host.CHECKED_MOVED_FROM,
+        _host_bounds.NORMALISED_ON_HOST,
+        _host_bounds.NORMALISED_ON_HOST + 1,
+        _moved_on_host.PROMISE_MOVED_UP_TO,
+        _moved_on_host.PROMISE_MOVED_UP_TO + 1,
+    ],
 )
 def test_a_cpu_arrays_negative_indices_are_normalised_on_the_host_where_they_may_move(
     monkeypatch, request, mode, n
 ):
     # A CPU JAX array's indices whose normalising program would run on JAX's worker thread are
     # tested on the host; in [0, s-1] they go as they are to the program that gathers them so,
-    # with negatives normalised here (as NumPy), and to it: never the worker's program (in the
-    # checked mode from CHECKED_MOVED_FROM). Not where they may not move (an array committed
-    # to its device, a transfer guard that stops or logs transfers): there the program that
-    # normalises them takes them.
+    # with negatives normalised here (as NumPy), and to it: never the worker's program (under a
+    # promise up to PROMISE_MOVED_UP_TO, in the checked mode from CHECKED_MOVED_FROM up to
+    # NORMALISED_ON_HOST). Not where they may not move (an array committed to its device, a
+    # transfer guard that stops or logs transfers): there the program that normalises them
+    # takes them.
     assert not normalising_is_inline(n)
-    programs = []
-    real_make = _eager.make_call
-
-    def make_call(plan, mode, programs_of, data, indices):  # each program a call takes, by mode
-        named = lambda m: (lambda program: lambda d, i: programs.append((m, type(i))) or program(d, i))(
-            programs_of(m)
-        )
-        return real_make(plan, mode, named, data, indices)
-
-    monkeypatch.setattr(_eager, "make_call", make_call)
+    programs = _programs_taken(monkeypatch, lambda mode, indices: (mode, type(indices)))
     _eager.clear()
     request.addfinalizer(_eager.clear)
     cpu = jax.devices("cpu")[0]
-    here = mode == "promise_in_bounds" or n >= _eager.CHECKED_MOVED_FROM
+    if mode == "promise_in_bounds":
+        here = n <= _moved_on_host.PROMISE_MOVED_UP_TO
+    else:
+        here = _moved_on_host.CHECKED_MOVED_FROM <= n <= _host_bounds.NORMALISED_ON_HOST
     moved = (Mode.IN_RANGE, np.ndarray) if here else (Mode.PROMISE_IN_BOUNDS, jax.Array)
+    # (Not tested on the host, a promise's indices all go to the program that normalises them.)
+    tested = mode == "checked" or here
     with jax.default_device(cpu):
         data = jnp.asarray(make_data((1000, 4), np.float32, 0))
         rng = np.random.default_rng(5)
         negative, in_range = rng.integers(-1000, 1000, n), rng.integers(0, 1000, n)
         cases = [
-            (jnp.asarray(in_range), contextlib.nullcontext(), Mode.IN_RANGE, jax.Array),
+            (
+                jnp.asarray(in_range),
+                contextlib.nullcontext(),
+                Mode.IN_RANGE if tested else Mode.PROMISE_IN_BOUNDS,
+                jax.Array,
+            ),
             (jnp.asarray(negative), contextlib.nullcontext()) + moved,
             (
                 jnp.asarray(negative),
@@ -396,8 +434,42 @@ def test_a_cpu_arrays_negative_indices_are_normalised_on_the_host_where_they_may
             broken = negative.copy()
             broken[: n // 2] = rng.integers(-(2**31), 2**31 - 1, n // 2)
             got = np.asarray(jax_gather.gather(data, jnp.asarray(broken), mode=mode))
-            table = np.asarray(data)
-            assert all(any((row == r).all() for r in table) for row in got)
+            table = {tuple(r) for r in np.asarray(data).tolist()}
+            assert all(tuple(row) in table for row in got.tolist())
+
+
+@pytest.mark.parametrize("on_a_worker", [False, True])
+@pytest.mark.parametrize(
+    "n",
+    [
+        _host_bounds.NORMALISED_ON_HOST,
+        _host_bounds.NORMALISED_ON_HOST + 1,
+        _moved_on_host.PROMISE_MOVED_UP_TO,
+    ],
+)
+def test_a_promises_negative_indices_go_to_their_own_program_where_the_in_range_one_runs_on_a_worker(
+    monkeypatch, request, n, on_a_worker
+):
+    # Past NORMALISED_ON_HOST, a promise's CPU array with negatives is normalised on the host
+    # only where the program for indices in [0, s-1] runs on the calling thread: where XLA's
+    # count of its flops sends it to a worker thread (as it does for bfloat16 data with JAX
+    # 0.10), the indices go to the program that normalises them. Asked of the compiled program
+    # once per signature; up to NORMALISED_ON_HOST never asked.
+    mode = "promise_in_bounds"
+    asked = []
+    monkeypatch.setattr(_moved_on_host, "runs_on_a_worker_thread", lambda *a: asked.append(1) or on_a_worker)
+    programs = _programs_taken(monkeypatch, lambda mode, indices: (mode, type(indices)))
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    data = jnp.asarray(make_data((1000, 4), np.float32, 0))
+    ids = np.random.default_rng(8).integers(-1000, 1000, n)
+    expected = reference.gather(np.asarray(data), ids, 0)
+    for _ in range(3):
+        np.testing.assert_array_equal(jax_gather.gather(data, jnp.asarray(ids), mode=mode), expected)
+    asks = n > _host_bounds.NORMALISED_ON_HOST
+    program = (Mode.PROMISE_IN_BOUNDS, jax.Array) if on_a_worker and asks else (Mode.IN_RANGE, np.ndarray)
+    assert [(m, issubclass(t, program[1])) for m, t in programs] == [(program[0], True)] * 3
+    assert asked == [1] * asks
 
 
 @pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
@@ -406,13 +478,17 @@ def test_index_tuples_and_elements_normalised_on_the_host_read_what_numpy_reads(
     # GatherElements' indices and GatherND's index tuples (each component against its own axis)
     # take the same path as Gather's: normalised on the host, gathered as they are.
     handed = []
-    real_normalise = _eager.moved_in_range if mode == "promise_in_bounds" else _eager.judged_outside_range
-    target = "moved_in_range" if mode == "promise_in_bounds" else "judged_outside_range"
-    monkeypatch.setattr(_eager, target, lambda *a: handed.append(1) or real_normalise(*a))
+    module, target = (
+        (_moved_on_host, "moved_in_range")
+        if mode == "promise_in_bounds"
+        else (_eager, "judged_outside_range")
+    )
+    real_normalise = getattr(module, target)
+    monkeypatch.setattr(module, target, lambda *a: handed.append(1) or real_normalise(*a))
     op = ops_table.OPS[name]
     data = make_data((50, 40, 3), np.float32, 0)
     rng = np.random.default_rng(7)
-    components = _eager.CHECKED_MOVED_FROM
+    components = _moved_on_host.CHECKED_MOVED_FROM
     if name == "gather_nd":
         ids = np.stack([rng.integers(-50, 50, components // 2), rng.integers(-40, 40, components // 2)], -1)
     else:
@@ -485,9 +561,8 @@ def test_a_second_call_compiles_nothing():
         _host_bounds.LISTED_UP_TO + 1,
         4095,
         4096,
-        _host_bounds.READ_ONLY_COPIED_BELOW // 8 - 1,
-        _host_bounds.READ_ONLY_COPIED_BELOW // 8,
-        _host_bounds.READ_ONLY_COPIED_BELOW // 4,
+        _host_bounds.READ_ONLY_ARGMAX_BELOW // 4 - 1,
+        _host_bounds.READ_ONLY_ARGMAX_BELOW // 4,
         _host_bounds.ARGMAX_UP_TO,
         _host_bounds.ARGMAX_UP_TO + 1,
     ],
@@ -497,7 +572,7 @@ def test_the_bounds_tests_either_side_of_their_switch_to_a_reduction(count, dtyp
     # Up to LISTED_UP_TO indices the verdict finds the extremes in a Python list, then up to
     # ARGMAX_UP_TO the test and the verdict by argmax and argmin, past it by a reduction; indices
     # that are not writeable (as a CPU JAX array's host view), told so or not, are copied first
-    # below READ_ONLY_COPIED_BELOW bytes, and from it judged by reductions: each must see a
+    # below READ_ONLY_ARGMAX_BELOW bytes, and from it judged by reductions: each must see a
     # negative index, and one equal to the axis' size, wherever it lies.
     size = 100
     plan = plans.gather_plan((size,), (count,), 0)
