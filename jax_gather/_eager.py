@@ -64,6 +64,7 @@ from jax_gather._host_bounds import (
 )
 from jax_gather._host_gather import Recipe, host_gather, to_jax
 from jax_gather._moved_on_host import (
+    MOVED_UP_TO,
     SINGLE_DEVICE,
     inline_once,
     may_move,
@@ -242,13 +243,15 @@ def make_call(
             return _checked_few(plan, from_buffer, in_range, promise, None)
         return _checked_few(plan, (test, verdict_of), in_range, promise, None, host_view=True)
     # Indices some outside [0, s-1], whose normalising program runs on JAX's worker thread, are
-    # judged while it runs, dispatched first: more than NORMALISED_ON_HOST, and a JAX array's
-    # that are not normalised here (normalised_here; fewer NumPy ones are, since they go to JAX
-    # as an array anyway). GatherElements of 8192-65536 float32 indices took 1.31-2.97x jnp's
-    # "fill" judged first, 0.53-1.14 judged while it ran (AMD EPYC; the worker thread, found
-    # asleep after the host's passes, woke while this thread judged).
-    judged_while_gathered = not normalised_inline and indices.size > NORMALISED_ON_HOST
+    # judged while it runs, dispatched first: more than NORMALISED_ON_HOST NumPy ones (fewer
+    # are normalised here, since they go to JAX as an array anyway), and a JAX array's that are
+    # not (normalised_here, may_move, inline_once). GatherElements of 8192-65536 float32
+    # indices took 1.31-2.97x jnp's "fill" judged first, 0.53-1.14 judged while it ran (AMD
+    # EPYC; the worker thread, found asleep after the host's passes, woke while this thread
+    # judged).
     jax_moved_here = type(indices) is not np.ndarray and normalised_here(indices, checked=True)
+    judged_while_gathered = not normalised_inline and indices.size > NORMALISED_ON_HOST and not jax_moved_here
+    in_range_inline = inline_once(programs(Mode.IN_RANGE), indices.size)
     jax_on_worker = type(indices) is not np.ndarray and not normalised_inline
 
     # x64 off: 64-bit NumPy indices proved in [-s, s-1] convert exactly to int32 here, where
@@ -312,14 +315,14 @@ def make_call(
                 return in_range(data, narrowed)
         elif first_in_range and test(host[probe:] if probe else host):  # the common case
             return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
-        moved_here = numpy or (jax_moved_here and may_move(indices))
+        moved_here = numpy or (jax_moved_here and may_move(indices) and in_range_inline(data, indices))
         if judged_while_gathered or (jax_on_worker and not moved_here):
             return judged_while_normalised(data, indices, host, numpy)
         # Up to NORMALISED_ON_HOST NumPy indices are normalised here, and a JAX array's whose
         # normalising program would run on a worker thread (normalised_here); fewer of a JAX
         # array's are normalised by a program on the calling thread (3 flops an index: up to 333
         # components), which costs less than a new transfer.
-        verdict, moved = judged_outside_range(plan, host, moved_here)
+        verdict, moved = judged_outside_range(plan, host, moved_here, MOVED_UP_TO)
         if verdict is Verdict.OUT_OF_BOUNDS:
             raise_if_out_of_bounds(plan, host)
         if verdict is Verdict.IN_BOUNDS:

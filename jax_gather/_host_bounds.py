@@ -217,15 +217,15 @@ NORMALISED_ON_HOST = 4096
 
 
 def judged_outside_range(
-    plan: GatherPlan, indices: np.ndarray, normalise: bool
+    plan: GatherPlan, indices: np.ndarray, normalise: bool, normalised_up_to: int = NORMALISED_ON_HOST
 ) -> tuple[Verdict, np.ndarray | None]:
     """The verdict on concrete host ``indices``, and the indices to gather where it is
-    ``IN_RANGE``: ``indices`` themselves, or (``normalise``, up to ``NORMALISED_ON_HOST``)
+    ``IN_RANGE``: ``indices`` themselves, or (``normalise``, up to ``normalised_up_to``)
     their copy with every negative index moved into [0, s-1]. Right for any indices; callers
     run the one pass of :func:`in_range_test` first, which proves the common case, every index
     in [0, s-1], and call this where it fails (for 2**20 int64 indices the pass took 0.26-0.29
     ms, where a minimum and a maximum took 0.52-0.58 ms)."""
-    if normalise and indices.size <= NORMALISED_ON_HOST:
+    if normalise and indices.size <= normalised_up_to:
         moved = normalised_on_host(plan, indices)
         return (Verdict.OUT_OF_BOUNDS, None) if moved is None else (Verdict.IN_RANGE, moved)
     verdict = judge(plan, indices)

@@ -53,30 +53,30 @@ SINGLE_DEVICE: Any = _single_device_type()
 # after each call (the worker asleep: ~45 µs to wake), 0.99-1.05 against 0.22-0.50 at every
 # size (AMD EPYC, JAX 0.10.2, 9 paired rounds).
 CHECKED_MOVED_FROM = 2048
-# Up to this many, a promise's CPU JAX array with negatives is normalised on the host, where a
-# checked call's are up to NORMALISED_ON_HOST (past it, judged while their program runs). Of
+# Up to this many, a CPU JAX array's indices with negatives are normalised on the host, where
+# NumPy's are up to NORMALISED_ON_HOST (past it, judged while their program runs). Of
 # GatherElements along the last axis, float32 rows of 16, a tenth negative, normalised by the
-# program and here: with 30 µs of other work after each call 4608 ids 1.09-1.18 and 0.33 of
-# jnp's, 8192 0.94-1.09 and 0.25, 16384 0.80 and 0.28, 32768 0.68 and 0.47; back to back 1.73
-# and 0.54, 0.74 and 0.56, 0.55 and 0.45, 0.69 and 0.53; 65536 0.36-0.43 and 0.51-0.54 back to
-# back, 262144 0.43-0.48 and 0.68-0.79 (AMD EPYC, JAX 0.10.2, 9 paired rounds).
-PROMISE_MOVED_UP_TO = 32768
+# program and here, promises: with 30 µs of other work after each call 4608 ids 1.09-1.18 and
+# 0.33 of jnp's, 8192 0.94-1.09 and 0.25, 16384 0.80 and 0.28, 32768 0.68 and 0.47; back to back
+# 1.73 and 0.54, 0.74 and 0.56, 0.55 and 0.45, 0.69 and 0.53; 65536 0.36-0.43 and 0.51-0.54 back
+# to back, 262144 0.43-0.48 and 0.68-0.79. Checked, with that work 4608-32768 ids 0.93-1.05 and
+# 0.27-0.60 (Gather of 8192 rows of 16 and 32768 of 1: 1.06-1.10 and 0.57-0.61); back to back
+# 0.38-1.08 and 0.35-0.62; 131072 0.72 and 1.34 (AMD EPYC, JAX 0.10.2, 9 paired rounds).
+MOVED_UP_TO = 32768
 
 
 def normalised_here(indices: Any, checked: bool) -> bool:
     """Whether a CPU JAX array's indices with negatives are normalised on the host, by NumPy, and
     handed to the program that gathers indices in [0, s-1] (as NumPy's up to NORMALISED_ON_HOST
     are), rather than to the one that normalises them: on one device, where that program would
-    run on JAX's worker thread (``normalising_is_inline``), up to PROMISE_MOVED_UP_TO under a
-    promise and from CHECKED_MOVED_FROM up to NORMALISED_ON_HOST in the checked mode. A worker
+    run on JAX's worker thread (``normalising_is_inline``), up to MOVED_UP_TO (in the checked
+    mode from CHECKED_MOVED_FROM). A worker
     thread asleep, as it is after some 10-30 µs of other work on the calling thread, takes ~45 µs
     to wake: a promise of GatherElements along the last axis of 400-4096 float32 ids took
     0.26-0.48 of ``jnp``'s so with 30 µs of other work after each call, 1.16-2.35 by that
     program (back to back 0.48-0.51 and 0.26-1.13). At the call, only where the indices
     :func:`may_move`."""
-    if normalising_is_inline(indices.size):
-        return False
-    if indices.size > (NORMALISED_ON_HOST if checked else PROMISE_MOVED_UP_TO):
+    if normalising_is_inline(indices.size) or indices.size > MOVED_UP_TO:
         return False
     if checked and indices.size < CHECKED_MOVED_FROM:
         return False
@@ -91,7 +91,7 @@ def may_move(indices: Any) -> bool:
 
 
 def inline_once(program: Any, size: int) -> Callable[[Any, Any], bool]:
-    """Whether a promise's ``size`` indices with negatives are normalised on the host, for
+    """Whether ``size`` indices with negatives are normalised on the host, for
     ``program``, the jitted one that gathers indices in [0, s-1]: up to NORMALISED_ON_HOST
     always, past it where ``program`` runs on the calling thread for arguments like these, read
     off its compiled program at the first ask (its call then finds it compiled) and kept. XLA

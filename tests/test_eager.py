@@ -269,10 +269,10 @@ def test_the_first_call_with_jax_arrays_is_remembered(monkeypatch):
     assert validated == [1]
 
 
-@pytest.mark.parametrize("n", [334, 1024, _host_bounds.NORMALISED_ON_HOST + 1])
+@pytest.mark.parametrize("n", [334, 1024, _moved_on_host.MOVED_UP_TO + 1])
 def test_negative_indices_of_a_cpu_array_are_judged_while_their_program_runs(monkeypatch, n):
     # From 334 components (3 flops each: past INLINE_FLOPS), where a transfer guard stops
-    # transfers (and from NORMALISED_ON_HOST + 1 always), the program that normalises them is
+    # transfers (and from MOVED_UP_TO + 1 always), the program that normalises them is
     # dispatched first, to JAX's worker thread, and this thread judges them while it runs: no
     # new array is made on the host and handed over (so the guard has nothing to stop). Out of
     # bounds, its result is dropped and the call raises as before.
@@ -327,8 +327,13 @@ def test_after_negative_indices_the_next_are_normalised_without_the_test_first(m
     programs = _programs_taken(monkeypatch, lambda mode, indices: mode)
     _eager.clear()
     request.addfinalizer(_eager.clear)
-    # (A JAX array's up to NORMALISED_ON_HOST are normalised on the host where they may move.)
-    n = 1024 if kind == "committed" else _host_bounds.NORMALISED_ON_HOST + 1
+    # (A JAX array's up to MOVED_UP_TO are normalised on the host where they may move, NumPy's
+    # up to NORMALISED_ON_HOST.)
+    n = {
+        "committed": 1024,
+        "numpy": _host_bounds.NORMALISED_ON_HOST + 1,
+        "jax": _moved_on_host.MOVED_UP_TO + 1,
+    }[kind]
     data = jnp.asarray(make_data((1000, 4), np.float32, 0))  # not gathered on the host by NumPy
     rng = np.random.default_rng(3)
     negative, in_range = rng.integers(-1000, 1000, n), rng.integers(0, 1000, n)
@@ -364,8 +369,8 @@ def test_after_negative_indices_the_next_are_normalised_without_the_test_first(m
         _moved_on_host.CHECKED_MOVED_FROM,
         _host_bounds.NORMALISED_ON_HOST,
         _host_bounds.NORMALISED_ON_HOST + 1,
-        _moved_on_host.PROMISE_MOVED_UP_TO,
-        _moved_on_host.PROMISE_MOVED_UP_TO + 1,
+        _moved_on_host.MOVED_UP_TO,
+        _moved_on_host.MOVED_UP_TO + 1,
     ],
 )
 def test_a_cpu_arrays_negative_indices_are_normalised_on_the_host_where_they_may_move(
@@ -373,20 +378,18 @@ def test_a_cpu_arrays_negative_indices_are_normalised_on_the_host_where_they_may
 ):
     # A CPU JAX array's indices whose normalising program would run on JAX's worker thread are
     # tested on the host; in [0, s-1] they go as they are to the program that gathers them so,
-    # with negatives normalised here (as NumPy), and to it: never the worker's program (under a
-    # promise up to PROMISE_MOVED_UP_TO, in the checked mode from CHECKED_MOVED_FROM up to
-    # NORMALISED_ON_HOST). Not where they may not move (an array committed to its device, a
-    # transfer guard that stops or logs transfers): there the program that normalises them
-    # takes them.
+    # with negatives normalised here (as NumPy), and to it: never the worker's program (up to
+    # MOVED_UP_TO, in the checked mode from CHECKED_MOVED_FROM). Not where they may not move (an
+    # array committed to its device, a transfer guard that stops or logs transfers): there the
+    # program that normalises them takes them.
     assert not normalising_is_inline(n)
     programs = _programs_taken(monkeypatch, lambda mode, indices: (mode, type(indices)))
     _eager.clear()
     request.addfinalizer(_eager.clear)
     cpu = jax.devices("cpu")[0]
-    if mode == "promise_in_bounds":
-        here = n <= _moved_on_host.PROMISE_MOVED_UP_TO
-    else:
-        here = _moved_on_host.CHECKED_MOVED_FROM <= n <= _host_bounds.NORMALISED_ON_HOST
+    here = n <= _moved_on_host.MOVED_UP_TO and (
+        mode == "promise_in_bounds" or n >= _moved_on_host.CHECKED_MOVED_FROM
+    )
     moved = (Mode.IN_RANGE, np.ndarray) if here else (Mode.PROMISE_IN_BOUNDS, jax.Array)
     # (Not tested on the host, a promise's indices all go to the program that normalises them.)
     tested = mode == "checked" or here
@@ -438,24 +441,19 @@ def test_a_cpu_arrays_negative_indices_are_normalised_on_the_host_where_they_may
             assert all(tuple(row) in table for row in got.tolist())
 
 
+@pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
 @pytest.mark.parametrize("on_a_worker", [False, True])
 @pytest.mark.parametrize(
-    "n",
-    [
-        _host_bounds.NORMALISED_ON_HOST,
-        _host_bounds.NORMALISED_ON_HOST + 1,
-        _moved_on_host.PROMISE_MOVED_UP_TO,
-    ],
+    "n", [_host_bounds.NORMALISED_ON_HOST, _host_bounds.NORMALISED_ON_HOST + 1, _moved_on_host.MOVED_UP_TO]
 )
-def test_a_promises_negative_indices_go_to_their_own_program_where_the_in_range_one_runs_on_a_worker(
-    monkeypatch, request, n, on_a_worker
+def test_negative_indices_go_to_their_own_program_where_the_in_range_one_runs_on_a_worker(
+    monkeypatch, request, mode, n, on_a_worker
 ):
-    # Past NORMALISED_ON_HOST, a promise's CPU array with negatives is normalised on the host
+    # Past NORMALISED_ON_HOST, a CPU array's indices with negatives are normalised on the host
     # only where the program for indices in [0, s-1] runs on the calling thread: where XLA's
     # count of its flops sends it to a worker thread (as it does for bfloat16 data with JAX
-    # 0.10), the indices go to the program that normalises them. Asked of the compiled program
-    # once per signature; up to NORMALISED_ON_HOST never asked.
-    mode = "promise_in_bounds"
+    # 0.10), they go to the program that normalises them. Asked of the compiled program once
+    # per signature; up to NORMALISED_ON_HOST never asked.
     asked = []
     monkeypatch.setattr(_moved_on_host, "runs_on_a_worker_thread", lambda *a: asked.append(1) or on_a_worker)
     programs = _programs_taken(monkeypatch, lambda mode, indices: (mode, type(indices)))
