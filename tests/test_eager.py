@@ -304,7 +304,7 @@ def _programs_taken(monkeypatch, record):
             taken.append(record(mode, indices))
             return program(data, indices)
 
-        call.lower = program.lower
+        call.lower, call.mode = program.lower, mode
         return call
 
     def make_call(plan, mode, programs_of, data, indices):
@@ -468,6 +468,50 @@ def test_negative_indices_go_to_their_own_program_where_the_in_range_one_runs_on
     program = (Mode.PROMISE_IN_BOUNDS, jax.Array) if on_a_worker and asks else (Mode.IN_RANGE, np.ndarray)
     assert [(m, issubclass(t, program[1])) for m, t in programs] == [(program[0], True)] * 3
     assert asked == [1] * asks
+
+
+@pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
+@pytest.mark.parametrize("promise_on_a_worker", [False, True])
+@pytest.mark.parametrize("n", [1, _host_bounds.BUFFER_LISTED_UP_TO + 1, 333])
+def test_a_promises_few_negative_indices_are_normalised_on_the_host_where_their_program_runs_on_a_worker(
+    monkeypatch, request, mode, n, promise_on_a_worker
+):
+    # Indices too few for their normalisation to count INLINE_FLOPS go to the program that
+    # normalises them, unless, under a promise, XLA's count of that program's own flops (a
+    # gather of bfloat16 or float8 data: 2 an element, with JAX 0.10) sends it to a worker
+    # thread where the program for indices in [0, s-1] stays on the calling thread: then a CPU
+    # array's are normalised here, as NumPy, where they may move. Asked of the compiled programs
+    # once per signature. Checked calls keep the normalising program (CHECKED_MOVED_FROM).
+    assert normalising_is_inline(n)
+    asked = []
+
+    def on_a_worker(program, data, indices):
+        asked.append(program.mode)
+        return promise_on_a_worker and program.mode is Mode.PROMISE_IN_BOUNDS
+
+    monkeypatch.setattr(_moved_on_host, "runs_on_a_worker_thread", on_a_worker)
+    programs = _programs_taken(monkeypatch, lambda mode, indices: (mode, type(indices)))
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    data = jnp.asarray(make_data((1000, 4), np.float32, 0))
+    ids = np.random.default_rng(9).integers(-1000, 0, n)  # every one negative
+    expected = reference.gather(np.asarray(data), ids, 0)
+    for _ in range(3):
+        np.testing.assert_array_equal(jax_gather.gather(data, jnp.asarray(ids), mode=mode), expected)
+    here = promise_on_a_worker and mode == "promise_in_bounds"
+    moved = (Mode.IN_RANGE, np.ndarray) if here else (Mode.PROMISE_IN_BOUNDS, jax.Array)
+    assert [(m, issubclass(t, moved[1])) for m, t in programs] == [(moved[0], True)] * 3
+    asks = 0 if mode == "checked" else 1 + promise_on_a_worker
+    assert asked == [Mode.PROMISE_IN_BOUNDS, Mode.IN_RANGE][:asks]
+    programs.clear()  # committed to its device: never moved
+    got = jax_gather.gather(data, jax.device_put(ids, jax.devices("cpu")[0]), mode=mode)
+    np.testing.assert_array_equal(got, expected)
+    assert [(m, issubclass(t, jax.Array)) for m, t in programs] == [(Mode.PROMISE_IN_BOUNDS, True)]
+    if mode == "checked":
+        bad = ids.copy()
+        bad[n // 2] = -1001
+        with pytest.raises(IndexError, match=re.escape(f"indices[{n // 2}] = -1001 is out of bounds")):
+            jax_gather.gather(data, jnp.asarray(bad))
 
 
 @pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
