@@ -66,12 +66,12 @@ from jax_gather._host_gather import Recipe, host_gather, to_jax
 from jax_gather._moved_on_host import (
     MOVED_UP_TO,
     SINGLE_DEVICE,
-    few_moved,
     inline_once,
     may_move,
     normalised_here,
     on_one_cpu,
     promised_on_host,
+    worker_bound,
 )
 from jax_gather._traced_bounds import normalising_is_inline
 from jax_gather._x64 import X64_STATE, x64_on
@@ -211,18 +211,11 @@ def make_call(
     if mode is not Mode.CHECKED:
         program = placed(programs(mode))
         if type(indices) is not np.ndarray:
-            if mode is Mode.PROMISE_IN_BOUNDS and normalised_here(indices, checked=False):
-                test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
-                inline = inline_once(programs(Mode.IN_RANGE), indices.size)
-                return promised_on_host(plan, test, inline, placed(programs(Mode.IN_RANGE)), program)
-            few = (
-                mode is Mode.PROMISE_IN_BOUNDS and normalising_is_inline(indices.size) and on_one_cpu(indices)
-            )
-            # Asked now of the programs the first call would compile anyway.
-            if few and few_moved(programs(mode), programs(Mode.IN_RANGE))(data, indices):
-                test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
-                return promised_on_host(plan, test, _ALWAYS, placed(programs(Mode.IN_RANGE)), program)
-            return program  # nothing to prepare on the host (the signature holds both types)
+            inline = _promise_moves(mode, programs, data, indices)
+            if inline is None:
+                return program  # nothing to prepare on the host (the signature holds both types)
+            test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
+            return promised_on_host(plan, test, inline, placed(programs(Mode.IN_RANGE)), program)
         if mode is Mode.PROMISE_IN_BOUNDS and _to_int32(plan, indices):
             # A promise kept, every index fits int32: converted, not saturated (1 µs on 16);
             # few, by JAX on the way (see _checked_few).
@@ -366,6 +359,23 @@ def _gathered_on_host(
         return to_jax(recipe(data, indices, verdict))
 
     return call
+
+
+def _promise_moves(
+    mode: Mode, programs: Callable[[Mode], Call], data: Any, indices: Any
+) -> Callable[[Any, Any], bool] | None:
+    """For a JAX array's indices under a promise, where their negatives may be normalised on the
+    host (:func:`jax_gather._moved_on_host.promised_on_host`): whether, at a call, the program
+    that gathers indices in [0, s-1] then runs on the calling thread; None where they never are."""
+    if mode is not Mode.PROMISE_IN_BOUNDS:
+        return None
+    if normalised_here(indices, checked=False):
+        return inline_once(programs(Mode.IN_RANGE), indices.size)
+    # Asked once, now, of the programs the first call would compile anyway.
+    few = normalising_is_inline(indices.size) and on_one_cpu(indices)
+    if few and worker_bound(programs(mode), programs(Mode.IN_RANGE), data, indices):
+        return _ALWAYS
+    return None
 
 
 def _checked_few(

@@ -115,26 +115,19 @@ def inline_once(program: Any, size: int) -> Callable[[Any, Any], bool]:
     return inline
 
 
-def few_moved(promise: Any, in_range: Any) -> Callable[[Any, Any], bool]:
-    """Whether a promise's CPU JAX array with negatives, too few for their normalisation to
-    count INLINE_FLOPS (``normalising_is_inline``), is normalised on the host all the same:
-    where the jitted ``promise``, which normalises them, runs on a worker thread, and
-    ``in_range``, which gathers indices in [0, s-1], on the calling thread. XLA counts flops in
-    some gathers of their own (of bfloat16 and float8 data: 2 an element, with JAX 0.10):
-    GatherElements of 264 float8_e4m3fn ids counts 1320 flops by ``promise``, 528 by
-    ``in_range``, and took 2.33 of ``jnp``'s promise with 30 µs of other work after each call,
-    0.49 moved here (back to back too; checked calls keep that program: CHECKED_MOVED_FROM).
-    Asked of both compiled programs at the first ask (their calls then find them compiled) and
-    kept; at every call, whether the indices :func:`may_move`."""
-    found: list[bool] = []
-
-    def moves(data: Any, indices: Any) -> bool:
-        if not found:
-            on_a_worker = runs_on_a_worker_thread(promise, data, indices)
-            found.append(on_a_worker and not runs_on_a_worker_thread(in_range, data, indices))
-        return found[0] and may_move(indices)
-
-    return moves
+def worker_bound(promise: Any, in_range: Any, data: Any, indices: Any) -> bool:
+    """Whether, for arguments like these, the jitted ``promise``, which normalises negative
+    indices, runs on a worker thread and ``in_range``, which gathers indices in [0, s-1], on the
+    calling thread: read off their compiled programs (their calls then find them compiled).
+    Asked of a promise's indices too few for their normalisation to count INLINE_FLOPS
+    (``normalising_is_inline``), where XLA counts flops in some gathers of their own (of
+    bfloat16 and float8 data: 2 an element, with JAX 0.10): GatherElements of 264 float8_e4m3fn
+    ids counts 1320 flops by ``promise``, 528 by ``in_range``, and took 2.33 of ``jnp``'s
+    promise with 30 µs of other work after each call, 0.49 normalised on the host (back to back
+    too; checked calls keep that program: CHECKED_MOVED_FROM)."""
+    return runs_on_a_worker_thread(promise, data, indices) and not runs_on_a_worker_thread(
+        in_range, data, indices
+    )
 
 
 def promised_on_host(
