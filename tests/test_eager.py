@@ -19,6 +19,7 @@ from jax_gather import (
     _cpu_client,
     _device_checked,
     _eager,
+    _eager_unchecked,
     _host_bounds,
     _host_gather,
     _moved_on_host,
@@ -358,6 +359,63 @@ def test_after_negative_indices_the_next_are_normalised_without_the_test_first(m
         jax_gather.gather(data, given(negative))
         with pytest.raises(IndexError, match=re.escape(f"indices[{n // 3}] = -1001 is out of bounds")):
             jax_gather.gather(data, given(bad))
+
+
+@pytest.mark.parametrize("mode", ["fill", "clip"])
+@pytest.mark.parametrize("kind", ["numpy", "int64 in chunks", "jax", "committed"])
+def test_fill_and_clip_send_host_indices_in_range_to_the_program_without_index_arithmetic(
+    monkeypatch, request, kind, mode
+):
+    # Where "fill"'s or "clip"'s program runs on a worker thread and the one for indices in
+    # [0, s-1] on the calling thread, host indices proved in [0, s-1] go to the latter; others
+    # to the mode's, which the next call then takes at once, testing while it runs; indices in
+    # [0, s-1] send the call after back to the test. Every result is the reference's.
+    programs = _programs_taken(monkeypatch, lambda m, indices: m)
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    n = _cpu_client.CPU_COPIED_INLINE // 8 + 1 if kind == "int64 in chunks" else 1024
+    data = jnp.asarray(make_data((1000, 4), np.float32, 0))  # not gathered on the host by NumPy
+    rng = np.random.default_rng(3)
+    in_range, outside = rng.integers(0, 1000, n), rng.integers(-1200, 1200, n)
+    wide = in_range.copy()
+    wide[n // 2] = 2**32 + 1  # int32 would wrap it to row 1
+    cpu = jax.devices("cpu")[0]
+    given = {
+        "numpy": lambda ids: ids.astype(np.int32),
+        "int64 in chunks": lambda ids: ids,
+        "jax": lambda ids: jnp.asarray(ids, jnp.int32),
+        "committed": lambda ids: jax.device_put(ids.astype(np.int32), cpu),
+    }[kind]
+    own = Mode(mode)
+    steps = [
+        (in_range, Mode.IN_RANGE),
+        (outside, own),
+        (outside, own),  # at once
+        (in_range, own),  # at once, found in [0, s-1]
+        (in_range, Mode.IN_RANGE),  # tested again
+    ]
+    if kind == "int64 in chunks":
+        steps += [(wide, own), (in_range, own), (in_range, Mode.IN_RANGE)]
+    for ids, program in steps:
+        programs.clear()
+        expected = reference.gather(np.asarray(data), np.clip(np.where(ids < 0, ids + 1000, ids), 0, 999), 0)
+        if mode == "fill":
+            expected[(ids < -1000) | (ids >= 1000)] = np.nan
+        np.testing.assert_array_equal(jax_gather.gather(data, given(ids), mode=mode), expected)
+        assert programs[-1:] == [program]
+
+
+@pytest.mark.parametrize("mode", ["fill", "clip"])
+def test_fill_and_clip_of_few_indices_take_their_own_program_untested(monkeypatch, request, mode):
+    # Their program runs on the calling thread anyway: no test, nothing more compiled.
+    monkeypatch.setattr(_eager_unchecked, "in_range_test", lambda *a: pytest.fail("tested"))
+    programs = _programs_taken(monkeypatch, lambda m, indices: m)
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    data = jnp.asarray(make_data((1000, 4), np.float32, 0))
+    for ids in (np.arange(16), np.arange(16) - 8):
+        np.testing.assert_array_equal(jax_gather.gather(data, ids, mode=mode), np.asarray(data)[ids])
+    assert programs == [Mode(mode)] * 2
 
 
 @pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
@@ -748,21 +806,51 @@ def test_indices_the_client_would_copy_are_converted_to_aligned_int32(dtype):
                 assert not np.shares_memory(converted, source)
 
 
-@pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
-def test_many_int64_numpy_indices_with_negatives_reach_their_program_as_aligned_int32(mode, monkeypatch):
-    converted = []
-    monkeypatch.setattr(
-        _eager, "int32_for_cpu", lambda i: converted.append(_cpu_client.int32_for_cpu(i)) or converted[-1]
-    )
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("mode", ["checked", "promise_in_bounds", "fill", "clip"])
+def test_many_numpy_indices_reach_a_program_on_the_worker_thread_as_they_are(
+    mode, dtype, monkeypatch, request
+):
+    # Neither converted nor aligned here: JAX converts 64-bit ones on the way, and its client's
+    # copy is read from the worker's cache (_eager._given_as_they_are).
+    taken = _programs_taken(monkeypatch, lambda m, indices: (m, indices))
     monkeypatch.setattr(_host_gather, "HOST_GATHER_BELOW", 0)  # the program's placement, not NumPy's
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
     count = _cpu_client.CPU_COPIED_INLINE // 4 + 16
     table = make_data((count // 16, 16), np.float32, 0)
-    ids = np.random.default_rng(0).integers(-16, 16, (count // 16, 16)).astype(np.int64)
-    _eager.clear()
+    ids = np.random.default_rng(0).integers(-16, 16, (count // 16, 16)).astype(dtype)
     for _ in range(2):
         out = jax_gather.gather_elements(table, ids, 1, mode=mode)
         np.testing.assert_array_equal(out, np.take_along_axis(table, ids % 16, 1))
-    assert len(converted) == 2 and all(c.ctypes.data % _cpu_client.CPU_ALIGNMENT == 0 for c in converted)
+    normalising = [indices for m, indices in taken if m is not Mode.IN_RANGE]
+    assert len(normalising) == 2 and all(indices is ids for indices in normalising)
+
+
+@pytest.mark.parametrize("where", [0, -1])
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+@pytest.mark.parametrize("mode", ["fill", "clip"])
+@pytest.mark.parametrize("count", [_host_bounds.ARGMAX_UP_TO, _host_bounds.ARGMAX_UP_TO + 1])
+def test_64_bit_numpy_indices_past_int32_are_saturated_after_their_wrapped_call(
+    count, mode, dtype, where, request
+):
+    # A remembered "fill" or "clip" call hands 64-bit indices to JAX, which wraps them to int32,
+    # and tests them while the program runs: one past int32 (2**32 + 1 wraps to row 1) and the
+    # call is made again of them saturated. Reference: NumPy on the unwrapped values.
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    data = np.arange(8.0, dtype=np.float32)
+    ids = (np.arange(count) % 8).astype(dtype)
+    jax_gather.gather(data, ids, mode=mode)  # the signature's call, of indices that fit
+    wide = ids.copy()
+    wide[where] = 2**32 + 1
+    expected = data[ids].copy()
+    expected[where] = np.nan if mode == "fill" else data[-1]
+    np.testing.assert_array_equal(jax_gather.gather(data, wide, mode=mode), expected)
+    if dtype is np.int64:
+        wide[where] = -(2**32) - 3  # wraps to 2**32 - 3 - 2**32 = -3: row 5
+        expected[where] = np.nan if mode == "fill" else data[0]
+        np.testing.assert_array_equal(jax_gather.gather(data, wide, mode=mode), expected)
 
 
 def test_only_what_the_cpu_client_would_copy_on_a_worker_thread_is_split():
