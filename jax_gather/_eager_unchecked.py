@@ -10,11 +10,14 @@ components XLA counts INLINE_FLOPS in that arithmetic, and JAX's CPU client runs
 a worker thread (tens of microseconds more; ~45 to wake it after other work). Host indices in
 [0, s-1], the common case, need none of it: where one pass proves them so, they go to the
 program that gathers them as they are, which runs on the calling thread
-(:func:`in_range_first`), as the checked mode's do (``jax_gather._eager.make_call``).
+(:func:`in_range_first`), as the checked mode's do (``jax_gather._eager.make_call``); a
+CPU JAX array's from TESTED_FROM_INDICES index components and TESTED_FROM_ELEMENTS output
+elements.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -52,12 +55,16 @@ def unchecked_call(
     given = given_as_they_are(plan, mode, program, indices) if numpy else program
     if mode not in (Mode.FILL, Mode.CLIP) or max(plan.index_sizes) > INT32_MAX:
         return given
-    if not (numpy or on_one_cpu(indices)):
+    if not (numpy or (on_one_cpu(indices) and _tested(plan, indices.size))):
         return given
     # Asked once, now, of the programs the first call would compile anyway (and the other).
     if not worker_bound(programs(mode), programs(Mode.IN_RANGE), data, indices):
         return given
     return in_range_first(plan, placed(programs(Mode.IN_RANGE)), given, indices)
+
+
+def _tested(plan: GatherPlan, components: int) -> bool:
+    return components >= TESTED_FROM_INDICES and math.prod(plan.output_shape) >= TESTED_FROM_ELEMENTS
 
 
 def given_as_they_are(plan: GatherPlan, mode: Mode, program: Call, indices: np.ndarray) -> Call:
@@ -84,25 +91,43 @@ def given_as_they_are(plan: GatherPlan, mode: Mode, program: Call, indices: np.n
     return tested_while_gathered
 
 
+# A CPU JAX array's indices go to the test from this many index components and output elements:
+# fewer, called back to back, the mode's program on an awake worker thread was the faster
+# ("fill" in [0, s-1], Gather of 200 and 500 float32 rows of 16: 1.13 and 1.17 of jnp's that way,
+# 1.33 and 1.41 tested here; GatherElements of 500 and 1024-2048 ids 1.14-1.16 against 1.28-1.44),
+# from them the test (Gather of 1024 rows of 16 0.83 against 1.04, 2048 rows of 4 0.22-0.84
+# against 0.99-1.08, GatherElements of 4096-8192 ids 0.23-0.49 against 1.06-2.01; "clip" of
+# Gather, against jnp.take's, which does not normalise negative indices, 1.34-1.45 against
+# 3.2-8.5). With 30 µs of other work after each call the test was the faster at every size
+# (0.15-0.38 against 0.92-1.03: the worker thread asleep, ~45 µs to wake). NumPy's are tested at
+# every size: jnp's call converts and copies them (200 ids back to back 0.57 tested, 1.48 not).
+# AMD EPYC, JAX 0.10.2, 11 paired rounds.
+TESTED_FROM_INDICES, TESTED_FROM_ELEMENTS = 1024, 4096
+# After a call whose indices were not all in [0, s-1], this many calls go to the mode's program
+# untested: a test on every call (after the dispatch, while the program ran) cost GatherElements
+# of 1024 JAX-array ids with a tenth negative 1.30 of jnp's "fill" back to back against 1.04
+# untested, and of 131072 NumPy int64 ids 1.42 against 1.25.
+UNTESTED_AFTER_OUTSIDE = 15
+
+
 def in_range_first(plan: GatherPlan, in_range: Call, given: Call, indices: Any) -> Call:
     """A "fill" or "clip" call whose host indices go to ``in_range`` where one pass proves them
-    in [0, s-1], else to ``given``, the mode's own. Where the last call's were not, the next goes
-    to ``given`` at once and is tested while its program runs on the worker. 64-bit NumPy ones
-    are converted here to the int32 of x64 off for ``in_range``, which runs on this thread (from
-    CPU_COPIED_INLINE bytes a chunk at a time, each tested while in the core's cache), and
-    others aligned where JAX's client would copy them on its worker thread (aligned_for_cpu)."""
+    in [0, s-1], else to ``given``, the mode's own, as do the UNTESTED_AFTER_OUTSIDE calls after.
+    64-bit NumPy ones are converted here to the int32 of x64 off for ``in_range``, which runs on
+    this thread (from CPU_COPIED_INLINE bytes a chunk at a time, each tested while in the core's
+    cache), and others aligned where JAX's client would copy them on its worker thread
+    (aligned_for_cpu)."""
     numpy = type(indices) is np.ndarray
     test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
     to_int32 = numpy and indices.dtype.itemsize == 8 and not x64_on()
     in_chunks = to_int32 and indices.nbytes >= CPU_COPIED_INLINE
-    outside_last = False
+    untested = 0
 
     def call(data: Any, indices: Any) -> Any:
-        nonlocal outside_last
-        if outside_last:
-            result = given(data, indices)
-            outside_last = not test(indices if numpy else np.asarray(indices))
-            return result
+        nonlocal untested
+        if untested:
+            untested -= 1
+            return given(data, indices)
         host = indices if numpy else np.asarray(indices)  # no copy: on the host
         if in_chunks and host.flags.c_contiguous:
             narrowed = narrowed_in_chunks(host, plan, test)
@@ -112,7 +137,7 @@ def in_range_first(plan: GatherPlan, in_range: Call, given: Call, indices: Any) 
             return in_range(
                 data, int32_for_cpu(indices) if to_int32 else aligned_for_cpu(indices) if numpy else indices
             )
-        outside_last = True
+        untested = UNTESTED_AFTER_OUTSIDE
         return given(data, indices)
 
     return call

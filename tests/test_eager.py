@@ -368,8 +368,9 @@ def test_fill_and_clip_send_host_indices_in_range_to_the_program_without_index_a
 ):
     # Where "fill"'s or "clip"'s program runs on a worker thread and the one for indices in
     # [0, s-1] on the calling thread, host indices proved in [0, s-1] go to the latter; others
-    # to the mode's, which the next call then takes at once, testing while it runs; indices in
-    # [0, s-1] send the call after back to the test. Every result is the reference's.
+    # to the mode's, as do the next UNTESTED_AFTER_OUTSIDE calls, untested; then the test again.
+    # Every result is the reference's.
+    monkeypatch.setattr(_eager_unchecked, "UNTESTED_AFTER_OUTSIDE", 2)
     programs = _programs_taken(monkeypatch, lambda m, indices: m)
     _eager.clear()
     request.addfinalizer(_eager.clear)
@@ -390,12 +391,12 @@ def test_fill_and_clip_send_host_indices_in_range_to_the_program_without_index_a
     steps = [
         (in_range, Mode.IN_RANGE),
         (outside, own),
-        (outside, own),  # at once
-        (in_range, own),  # at once, found in [0, s-1]
-        (in_range, Mode.IN_RANGE),  # tested again
+        (in_range, own),
+        (in_range, own),
+        (in_range, Mode.IN_RANGE),
     ]
     if kind == "int64 in chunks":
-        steps += [(wide, own), (in_range, own), (in_range, Mode.IN_RANGE)]
+        steps += [(wide, own), (in_range, own), (outside, own), (in_range, Mode.IN_RANGE)]
     for ids, program in steps:
         programs.clear()
         expected = reference.gather(np.asarray(data), np.clip(np.where(ids < 0, ids + 1000, ids), 0, 999), 0)
@@ -403,6 +404,25 @@ def test_fill_and_clip_send_host_indices_in_range_to_the_program_without_index_a
             expected[(ids < -1000) | (ids >= 1000)] = np.nan
         np.testing.assert_array_equal(jax_gather.gather(data, given(ids), mode=mode), expected)
         assert programs[-1:] == [program]
+
+
+@pytest.mark.parametrize("mode", ["fill", "clip"])
+@pytest.mark.parametrize("n, width", [(1023, 4), (1024, 1), (_eager_unchecked.TESTED_FROM_INDICES, 4)])
+def test_fill_and_clip_test_a_cpu_arrays_indices_from_a_size(monkeypatch, request, n, width, mode):
+    # Fewer index components or output elements, their own program on an awake worker thread
+    # is the faster back to back: untested (NumPy's are tested at every size).
+    programs = _programs_taken(monkeypatch, lambda m, indices: m)
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    data = jnp.asarray(make_data((1000, width), np.float32, 0))
+    ids = np.arange(n) % 1000
+    tested = n >= _eager_unchecked.TESTED_FROM_INDICES and n * width >= _eager_unchecked.TESTED_FROM_ELEMENTS
+    for kind in ("jax", "numpy"):
+        _eager.clear(), programs.clear()
+        for _ in range(2):
+            got = jax_gather.gather(data, jnp.asarray(ids) if kind == "jax" else ids, mode=mode)
+            np.testing.assert_array_equal(got, np.asarray(data)[ids])
+        assert programs == [Mode.IN_RANGE if tested or kind == "numpy" else Mode(mode)] * 2
 
 
 @pytest.mark.parametrize("mode", ["fill", "clip"])
