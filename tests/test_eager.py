@@ -426,6 +426,36 @@ def test_fill_and_clip_test_a_cpu_arrays_indices_from_a_size(monkeypatch, reques
 
 
 @pytest.mark.parametrize("mode", ["fill", "clip"])
+@pytest.mark.parametrize("kind", ["numpy", "jax"])
+@pytest.mark.parametrize("name, shape", [("gather_elements", (64, 64)), ("gather_nd", (4096, 2))])
+def test_fill_and_clip_in_range_first_read_what_the_reference_reads(
+    monkeypatch, request, name, shape, kind, mode
+):
+    # The test of [0, s-1] and the program it picks, for element and tuple indices: the
+    # reference (plain loops over the ONNX formula) says what every call reads.
+    monkeypatch.setattr(_eager_unchecked, "UNTESTED_AFTER_OUTSIDE", 1)
+    programs = _programs_taken(monkeypatch, lambda m, indices: m)
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    op = ops_table.OPS[name]
+    data = make_data((64, 64), np.float32, 1)
+    rng = np.random.default_rng(5)
+    in_range, outside = rng.integers(0, 64, shape), rng.integers(-80, 80, shape)
+    as_given = jnp.asarray if kind == "jax" else (lambda ids: ids)
+    own = Mode(mode)
+    for ids, program in [
+        (in_range, Mode.IN_RANGE),
+        (outside, own),
+        (in_range, own),
+        (in_range, Mode.IN_RANGE),
+    ]:
+        programs.clear()
+        expected = op.reference(data, ids, 0, mode=mode, fill=np.nan)
+        np.testing.assert_array_equal(op.fn(data, as_given(ids), 0, mode=mode), expected)
+        assert programs[-1:] == [program]
+
+
+@pytest.mark.parametrize("mode", ["fill", "clip"])
 def test_fill_and_clip_of_few_indices_take_their_own_program_untested(monkeypatch, request, mode):
     # Their program runs on the calling thread anyway: no test, nothing more compiled.
     monkeypatch.setattr(_eager_unchecked, "in_range_test", lambda *a: pytest.fail("tested"))
