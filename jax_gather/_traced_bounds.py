@@ -190,7 +190,8 @@ def working_indices(
     """
     target = _index_dtype(plan)
     sizes = axis_sizes(plan, target)
-    work = lambda i, s: _working(_saturate(i, target), s, clip, past_end, unclamped)
+    short = clip and short_clip(indices.size)
+    work = lambda i, s: _working(_saturate(i, target), s, clip, past_end, unclamped, short)
     batched = bool(plan.dimension_numbers.operand_batching_dims)
     by_component = batched or past_end
     if plan.tuple_indices and by_component and isinstance(sizes, np.ndarray) and sizes.shape[0] > 1:
@@ -205,10 +206,16 @@ def working_indices(
     return work(indices, sizes)
 
 
-def _working(indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamped: bool) -> jax.Array:
-    """working_indices of ``indices``, already in the working dtype, against ``sizes`` in it."""
+def _working(
+    indices: jax.Array, sizes: Any, clip: bool, past_end: bool, unclamped: bool, short: bool = False
+) -> jax.Array:
+    """working_indices of ``indices``, already in the working dtype, against ``sizes`` in it
+    (``short``: clip's short form, :func:`short_clip`)."""
     if unclamped:
         return _normalised_unclamped(indices, sizes)
+    if short:
+        bound = jnp.broadcast_to(jnp.asarray(sizes, indices.dtype), indices.shape)
+        return _normalised_unclamped(lax.clamp(-bound, indices, bound - 1), sizes)
     if clip:
         indices = jnp.maximum(indices, -sizes)
     u, s = _as_unsigned(indices, sizes)
@@ -223,14 +230,31 @@ _UNCLAMPED_FLOPS = 3
 
 
 # What XLA counts per index component for each mode's arithmetic: none for indices known to be
-# in [0, s-1], _UNCLAMPED_FLOPS for a promise's normalisation, five with its clamp, six for clip's
-# (tests/test_cpu_facts.py checks them).
-_CLAMPED_FLOPS, _CLIP_FLOPS = 5, 6
+# in [0, s-1], _UNCLAMPED_FLOPS for a promise's normalisation, five with its clamp, six for clip's,
+# four for clip's short form (tests/test_cpu_facts.py checks them).
+_CLAMPED_FLOPS, _CLIP_FLOPS, _SHORT_CLIP_FLOPS = 5, 6, 4
 
 
-def index_flops(*, clip: bool, unclamped: bool, in_range: bool) -> int:
-    """What XLA counts per index component for the index arithmetic of a gather in this mode."""
-    return 0 if in_range else _CLIP_FLOPS if clip else _UNCLAMPED_FLOPS if unclamped else _CLAMPED_FLOPS
+def short_clip(components: Any) -> bool:
+    """Whether "clip" takes its short form for this many index components: a clamp into [-s, s-1]
+    and then ``jnp``'s normalisation (4 flops an index component, where the unsigned form counts
+    6), where those keep the arithmetic under INLINE_FLOPS: the program stays on the calling
+    thread up to 249 components rather than 166. ``jnp``'s own clip (a normalisation, then the
+    gather's clamp: 3, up to 333) reads past the end, which JAX's checkify index checks flag,
+    and the library's never does. Jitted, 200-300 ids with 30 µs of other work after each call:
+    11-12x ``jnp``'s call on a worker thread (AMD EPYC, JAX 0.10.2). Past that, the unsigned
+    form, which lets LLVM drop the gather's own clamp (the docstring of working_indices)."""
+    return isinstance(components, int) and _SHORT_CLIP_FLOPS * components < INLINE_FLOPS
+
+
+def index_flops(*, clip: bool, unclamped: bool, in_range: bool, components: Any = None) -> int:
+    """What XLA counts per index component for the index arithmetic of a gather in this mode (of
+    this many index components, for clip's short form)."""
+    if in_range:
+        return 0
+    if clip:
+        return _SHORT_CLIP_FLOPS if short_clip(components) else _CLIP_FLOPS
+    return _UNCLAMPED_FLOPS if unclamped else _CLAMPED_FLOPS
 
 
 def normalising_is_inline(components: int) -> bool:

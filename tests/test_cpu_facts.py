@@ -1380,11 +1380,14 @@ def test_a_promise_of_few_indices_runs_where_jnps_does(n, op):
     )
 
 
-@pytest.mark.parametrize("mode", ["clip", "promise_in_bounds", "in range"])
-def test_xla_counts_each_modes_index_flops_and_the_written_column_indices(mode):
+@pytest.mark.parametrize(
+    "mode, n", [("clip", 300), ("clip", 200), ("clip", 249), ("promise_in_bounds", 300), ("in range", 300)]
+)
+def test_xla_counts_each_modes_index_flops_and_the_written_column_indices(mode, n):
     # What jax_gather._cpu weighs before writing out column indices: the mode's arithmetic and
-    # the written indices' reduce-window, as XLA's cost analysis counts them (for INLINE_FLOPS).
-    n, shape = 300, (64, 4096)
+    # the written indices' reduce-window, as XLA's cost analysis counts them (for INLINE_FLOPS;
+    # clip of up to 249 components takes its short form).
+    shape = (64, 4096)
     data, ids = np.zeros(shape, np.int8), np.arange(n, dtype=np.int32)
     plan = plans.gather_plan(shape, ids.shape, 1)
     with _cpu.without(*_cpu.LOWERINGS):
@@ -1393,8 +1396,11 @@ def test_xla_counts_each_modes_index_flops_and_the_written_column_indices(mode):
         else:
             program = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode=mode))
         counted = _flops(program.lower(*_on_cpu(data, ids)).compile())
-    flops = _traced_bounds.index_flops(clip=mode == "clip", unclamped=True, in_range=mode == "in range")
+    flops = _traced_bounds.index_flops(
+        clip=mode == "clip", unclamped=True, in_range=mode == "in range", components=n
+    )
     assert counted == flops * n
+    assert counted < _cpu_client.INLINE_FLOPS or mode != "clip" or n > 249
     written = jax.jit(lambda d, i: _cpu_columns.columns_by_written_indices(d, i[:, None], plan))
     assert _flops(written.lower(*_on_cpu(data, ids)).compile()) == _cpu.COLUMN_INDEX_FLOPS * n
 
@@ -1419,6 +1425,25 @@ def test_no_program_counts_inline_flops_or_more_where_jnps_counts_fewer(cell, mo
     # Where jnp's program runs on the calling thread, the library's must too: a worker thread's
     # hand-over costs tens of µs (the reduced tuple mask of 45 pairs of rows: 8x the time).
     _assert_inline_where_jnps_is(cell, mode)
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        grid.Cell(op, dtype, width, count)
+        for op in grid.OPS
+        for dtype in ("float32", "int8")
+        for width in (1, 16)
+        for count in (120, 200, 240)
+    ],
+    ids=lambda c: c.name,
+)
+def test_a_clip_stays_inline_where_jnps_does_up_to_249_index_components(cell):
+    # "clip"'s short form (a clamp into [-s, s-1], then jnp's normalisation: 4 flops an index
+    # component) keeps its program on the calling thread up to 249 components, as jnp's clip (3,
+    # reading past the end) is; the unsigned form's 6 left it from 167 (jitted, with 30 µs of
+    # other work after each call: 11-12x jnp's time). From 250 to 333 jnp's stays, ours does not.
+    _assert_inline_where_jnps_is(cell, "clip")
 
 
 @pytest.mark.parametrize("cell", [c for c in _INLINE_CELLS if c.dtype == "bfloat16"], ids=lambda c: c.name)
