@@ -455,8 +455,8 @@ def gather_lowering(
         clamped, free = (lowering(plan, shape, dtype, f) for f in each)
         stops = clamp_stops_the_vector_loop(plan, shape, dtype, indices, clamped, free)
         return (free if stops else clamped), stops
-    clip, n = mode is Mode.CLIP, indices.size
-    flops = index_flops(clip=clip, unclamped=promise, in_range=mode is Mode.IN_RANGE, components=n)
+    clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
+    flops = index_flops(clip=clip, unclamped=promise, in_range=in_range, components=indices.size)
     return lowering(plan, shape, dtype, flops), promise
 
 
