@@ -50,7 +50,7 @@ from jax_gather._cpu_client import (
     on_host,
 )
 from jax_gather._device_checked import checked_on_device
-from jax_gather._eager_unchecked import unchecked_call
+from jax_gather._eager_unchecked import converted_to_int32, unchecked_call
 from jax_gather._fill import element_bits
 from jax_gather._host_bounds import (
     NORMALISED_ON_HOST,
@@ -70,12 +70,9 @@ from jax_gather._moved_on_host import (
     inline_once,
     may_move,
     normalised_here,
-    on_one_cpu,
-    promised_on_host,
-    worker_bound,
 )
 from jax_gather._traced_bounds import normalising_is_inline
-from jax_gather._x64 import X64_STATE, x64_on
+from jax_gather._x64 import X64_STATE
 from jax_gather.plans import GatherPlan
 
 # JAX's concrete array types, which a signature may hold beside NumPy's: added by :func:`register`
@@ -210,15 +207,8 @@ def make_call(
         in_range, promise = placed(programs(Mode.IN_RANGE)), placed(programs(Mode.PROMISE_IN_BOUNDS))
         return _gathered_on_host(plan, mode is Mode.CHECKED, recipe, in_range, promise, indices.size)
     if mode is not Mode.CHECKED:
-        if type(indices) is not np.ndarray:
-            inline = _promise_moves(mode, programs, data, indices)
-            if inline is not None:
-                test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
-                return promised_on_host(
-                    plan, test, inline, placed(programs(Mode.IN_RANGE)), placed(programs(mode))
-                )
-            if not on_host(indices):
-                return placed(programs(mode))  # nothing to prepare on the host (the signature holds both)
+        if not on_host(indices):
+            return placed(programs(mode))  # nothing to prepare on the host (the signature holds both)
         return unchecked_call(plan, mode, programs, placed, data, indices)
     if not on_host(indices):
         return checked_on_device(plan, programs, indices.sharding)
@@ -257,7 +247,7 @@ def make_call(
     # JAX's own conversion on the way costs more (16 int64 ids: a program's call 1 µs slower,
     # where the conversion takes 0.35); from CPU_COPIED_INLINE bytes, converted and tested a
     # chunk at a time (narrowed_in_chunks, as a prepared model's run does).
-    to_int32 = _to_int32(plan, indices)
+    to_int32 = converted_to_int32(plan, indices)
     in_chunks = to_int32 and indices.nbytes >= CPU_COPIED_INLINE
 
     # Where a whole pass costs several times NumPy's 1 µs a reduction (from PROBED_FROM
@@ -362,23 +352,6 @@ def _gathered_on_host(
     return call
 
 
-def _promise_moves(
-    mode: Mode, programs: Callable[[Mode], Call], data: Any, indices: Any
-) -> Callable[[Any, Any], bool] | None:
-    """For a JAX array's indices under a promise, where their negatives may be normalised on the
-    host (:func:`jax_gather._moved_on_host.promised_on_host`): whether, at a call, the program
-    that gathers indices in [0, s-1] then runs on the calling thread; None where they never are."""
-    if mode is not Mode.PROMISE_IN_BOUNDS:
-        return None
-    if normalised_here(indices, checked=False):
-        return inline_once(programs(Mode.IN_RANGE), indices.size)
-    # Asked once, now, of the programs the first call would compile anyway.
-    few = normalising_is_inline(indices.size) and on_one_cpu(indices)
-    if few and worker_bound(programs(mode), programs(Mode.IN_RANGE), data, indices):
-        return _ALWAYS
-    return None
-
-
 def _checked_few(
     plan: GatherPlan,
     tests: tuple[Callable[[Any], bool], Callable[[Any], Verdict]],
@@ -436,25 +409,16 @@ def reads_in_place(plan: GatherPlan, mode: Mode, data: Any, indices: Any) -> boo
     dtype = data.dtype
     # Every program its calls may take: the checked mode's two, and "fill"'s and "clip"'s own
     # and the one for indices in [0, s-1] (jax_gather._eager_unchecked.in_range_first).
-    runs = {Mode.CHECKED: (Mode.IN_RANGE, Mode.PROMISE_IN_BOUNDS), Mode.FILL: (Mode.IN_RANGE, Mode.FILL)}
-    for run in runs.get(mode, (Mode.IN_RANGE, mode) if mode is Mode.CLIP else (mode,)):
+    own = Mode.PROMISE_IN_BOUNDS if mode is Mode.CHECKED else mode
+    for run in (own,) if mode is Mode.PROMISE_IN_BOUNDS else (Mode.IN_RANGE, own):
         low = _cpu.gather_lowering(plan, data.shape, dtype, indices, run)[0]
         if low.forward is not None or (run.fills and low.fill is not None):  # a fill only fills
             return False
     return True
 
 
-_ALWAYS: Callable[[Any, Any], bool] = lambda data, indices: True
 _OUT_OF_BOUNDS, _IN_RANGE = Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE  # read on every call: no enum lookups
 _UNJUDGED = _OUT_OF_BOUNDS  # a promise's indices, to a host recipe: anywhere
-
-
-def _to_int32(plan: GatherPlan, indices: Any) -> bool:
-    """Whether NumPy indices are 64-bit ones that JAX would convert to int32 (x64 off), for
-    axes that int32 addresses: in [-s, s-1], the conversion is exact."""
-    if type(indices) is not np.ndarray or indices.dtype.itemsize != 8 or x64_on():
-        return False
-    return max(plan.index_sizes) <= INT32_MAX
 
 
 def _narrowed(indices: Any) -> Any:

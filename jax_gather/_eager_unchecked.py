@@ -1,5 +1,8 @@
 """Eager calls of host indices in the modes that never raise: "fill", "clip" and a promise.
 
+A CPU JAX array's promise may have its negatives normalised on the host
+(:mod:`jax_gather._moved_on_host`).
+
 NumPy indices go to JAX as they are (:func:`given_as_they_are`): where their program runs on
 JAX's worker thread, JAX's conversion of 64-bit ones to the int32 of x64 off, and its client's
 copy, are read there from that core's cache, where a copy converted or aligned here was read
@@ -33,7 +36,8 @@ from jax_gather._cpu_client import (
     narrowed_in_chunks,
 )
 from jax_gather._host_bounds import fits_int32, in_range_test, narrow_host_indices
-from jax_gather._moved_on_host import on_one_cpu, worker_bound
+from jax_gather._moved_on_host import inline_once, normalised_here, on_one_cpu, promised_on_host, worker_bound
+from jax_gather._traced_bounds import normalising_is_inline
 from jax_gather._x64 import x64_on
 from jax_gather.plans import GatherPlan
 
@@ -46,12 +50,18 @@ def unchecked_call(
     data: Any,
     indices: Any,
 ) -> Call:
-    """The eager call of host indices (NumPy, or a JAX array on one CPU) in ``mode`` ("fill",
+    """The eager call of host indices (NumPy, or a JAX array in CPU memory) in ``mode`` ("fill",
     "clip" or a promise): ``programs(mode)`` is a mode's jitted program, ``placed(program)`` its
     call with data placed for the CPU client (``jax_gather._cpu_client.data_placed``).
     Arguments like these decide it (the signature holds them)."""
     numpy = type(indices) is np.ndarray
     program = placed(programs(mode))
+    if mode is Mode.PROMISE_IN_BOUNDS and not numpy:
+        inline = _promise_moves(programs, data, indices)
+        if inline is None:
+            return program
+        test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
+        return promised_on_host(plan, test, inline, placed(programs(Mode.IN_RANGE)), program)
     given = given_as_they_are(plan, mode, program, indices) if numpy else program
     if mode not in (Mode.FILL, Mode.CLIP) or max(plan.index_sizes) > INT32_MAX:
         return given
@@ -61,6 +71,33 @@ def unchecked_call(
     if not worker_bound(programs(mode), programs(Mode.IN_RANGE), data, indices):
         return given
     return in_range_first(plan, placed(programs(Mode.IN_RANGE)), given, indices)
+
+
+def _promise_moves(
+    programs: Callable[[Mode], Any], data: Any, indices: Any
+) -> Callable[[Any, Any], bool] | None:
+    """For a CPU JAX array's indices under a promise, where their negatives may be normalised on
+    the host (:func:`jax_gather._moved_on_host.promised_on_host`): whether, at a call, the
+    program that gathers indices in [0, s-1] then runs on the calling thread; None where they
+    never are."""
+    if normalised_here(indices, checked=False):
+        return inline_once(programs(Mode.IN_RANGE), indices.size)
+    # Asked once, now, of the programs the first call would compile anyway.
+    few = normalising_is_inline(indices.size) and on_one_cpu(indices)
+    if few and worker_bound(programs(Mode.PROMISE_IN_BOUNDS), programs(Mode.IN_RANGE), data, indices):
+        return _ALWAYS
+    return None
+
+
+_ALWAYS: Callable[[Any, Any], bool] = lambda data, indices: True
+
+
+def converted_to_int32(plan: GatherPlan, indices: Any) -> bool:
+    """Whether NumPy indices are 64-bit ones that JAX would convert to int32 (x64 off), for
+    axes that int32 addresses: in [-s, s-1], the conversion is exact."""
+    if type(indices) is not np.ndarray or indices.dtype.itemsize != 8 or x64_on():
+        return False
+    return max(plan.index_sizes) <= INT32_MAX
 
 
 def _tested(plan: GatherPlan, components: int) -> bool:
@@ -119,7 +156,7 @@ def in_range_first(plan: GatherPlan, in_range: Call, given: Call, indices: Any) 
     (aligned_for_cpu)."""
     numpy = type(indices) is np.ndarray
     test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
-    to_int32 = numpy and indices.dtype.itemsize == 8 and not x64_on()
+    to_int32 = converted_to_int32(plan, indices)
     in_chunks = to_int32 and indices.nbytes >= CPU_COPIED_INLINE
     untested = 0
 
