@@ -14,8 +14,8 @@ a worker thread (tens of microseconds more; ~45 to wake it after other work). Ho
 [0, s-1], the common case, need none of it: where one pass proves them so, they go to the
 program that gathers them as they are, which runs on the calling thread
 (:func:`in_range_first`), as the checked mode's do (``jax_gather._eager.make_call``); a
-CPU JAX array's from TESTED_FROM_INDICES index components and TESTED_FROM_ELEMENTS output
-elements.
+CPU JAX array's in "fill" from TESTED_FROM_INDICES index components and TESTED_FROM_ELEMENTS
+output elements, in "clip" at every size (``jnp.take``'s clip always runs on the calling thread).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def unchecked_call(
     given = given_as_they_are(plan, mode, program, indices) if numpy else program
     if mode not in (Mode.FILL, Mode.CLIP) or max(plan.index_sizes) > INT32_MAX:
         return given
-    if not (numpy or (on_one_cpu(indices) and _tested(plan, indices.size))):
+    if not (numpy or (on_one_cpu(indices) and _tested(plan, mode, indices.size))):
         return given
     # Asked once, now, of the programs the first call would compile anyway (and the other).
     if not worker_bound(programs(mode), programs(Mode.IN_RANGE), data, indices):
@@ -100,7 +100,11 @@ def converted_to_int32(plan: GatherPlan, indices: Any) -> bool:
     return max(plan.index_sizes) <= INT32_MAX
 
 
-def _tested(plan: GatherPlan, components: int) -> bool:
+def _tested(plan: GatherPlan, mode: Mode, components: int) -> bool:
+    """Whether a CPU JAX array's indices in ``mode`` go to the test of [0, s-1] (where the mode's
+    program runs on a worker thread and the in-range one here: :func:`unchecked_call`)."""
+    if mode is Mode.CLIP:
+        return True  # why: the comment on TESTED_FROM_INDICES
     return components >= TESTED_FROM_INDICES and math.prod(plan.output_shape) >= TESTED_FROM_ELEMENTS
 
 
@@ -128,7 +132,7 @@ def given_as_they_are(plan: GatherPlan, mode: Mode, program: Call, indices: np.n
     return tested_while_gathered
 
 
-# A CPU JAX array's indices go to the test from this many index components and output elements:
+# A CPU JAX array's "fill" indices go to the test from this many index components and output elements:
 # fewer, called back to back, the mode's program on an awake worker thread was the faster
 # ("fill" in [0, s-1], Gather of 200 and 500 float32 rows of 16: 1.13 and 1.17 of jnp's that way,
 # 1.33 and 1.41 tested here; GatherElements of 500 and 1024-2048 ids 1.14-1.16 against 1.28-1.44),
@@ -140,6 +144,12 @@ def given_as_they_are(plan: GatherPlan, mode: Mode, program: Call, indices: np.n
 # every size: jnp's call converts and copies them (200 ids back to back 0.57 tested, 1.48 not).
 # AMD EPYC, JAX 0.10.2, 11 paired rounds.
 TESTED_FROM_INDICES, TESTED_FROM_ELEMENTS = 1024, 4096
+# Its "clip" indices at every size where the test can pay (unchecked_call): jnp.take's clip, which
+# does not normalise negatives, counts no flops, so its program runs on the calling thread at
+# every size, and its "fill" from as many as the library's (3 flops an index and more, where the
+# library's clip counts 6). Gather of 300-1000 float32 ids (rows of 4 and 16) and 400 int8 ids,
+# in [0, s-1]: 5.1-12.6 of jnp.take's clip untested back to back, 11.5-11.9 with 30 µs of other
+# work after each call, 1.39-1.47 tested either way (AMD EPYC, JAX 0.10.2, 11 paired rounds).
 # After a call whose indices were not all in [0, s-1], this many calls go to the mode's program
 # untested: a test on every call (after the dispatch, while the program ran) cost GatherElements
 # of 1024 JAX-array ids with a tenth negative 1.30 of jnp's "fill" back to back against 1.04

@@ -407,16 +407,20 @@ def test_fill_and_clip_send_host_indices_in_range_to_the_program_without_index_a
 
 
 @pytest.mark.parametrize("mode", ["fill", "clip"])
-@pytest.mark.parametrize("n, width", [(1023, 4), (1024, 1), (_eager_unchecked.TESTED_FROM_INDICES, 4)])
+@pytest.mark.parametrize(
+    "n, width", [(250, 16), (1023, 4), (1024, 1), (_eager_unchecked.TESTED_FROM_INDICES, 4)]
+)
 def test_fill_and_clip_test_a_cpu_arrays_indices_from_a_size(monkeypatch, request, n, width, mode):
-    # Fewer index components or output elements, their own program on an awake worker thread
-    # is the faster back to back: untested (NumPy's are tested at every size).
+    # "fill": fewer index components or output elements, their own program on an awake worker
+    # thread is the faster back to back: untested. "clip" at every size where its program runs
+    # on a worker thread (from 250 ids: jnp.take's clip never does). NumPy's at every size.
     programs = _programs_taken(monkeypatch, lambda m, indices: m)
     _eager.clear()
     request.addfinalizer(_eager.clear)
     data = jnp.asarray(make_data((1000, width), np.float32, 0))
     ids = np.arange(n) % 1000
-    tested = n >= _eager_unchecked.TESTED_FROM_INDICES and n * width >= _eager_unchecked.TESTED_FROM_ELEMENTS
+    large = n >= _eager_unchecked.TESTED_FROM_INDICES and n * width >= _eager_unchecked.TESTED_FROM_ELEMENTS
+    tested = large or mode == "clip"
     for kind in ("jax", "numpy"):
         _eager.clear(), programs.clear()
         for _ in range(2):
@@ -455,16 +459,19 @@ def test_fill_and_clip_in_range_first_read_what_the_reference_reads(
         assert programs[-1:] == [program]
 
 
-@pytest.mark.parametrize("mode", ["fill", "clip"])
-def test_fill_and_clip_of_few_indices_take_their_own_program_untested(monkeypatch, request, mode):
-    # Their program runs on the calling thread anyway: no test, nothing more compiled.
+@pytest.mark.parametrize("kind", ["numpy", "jax"])
+@pytest.mark.parametrize("mode, n", [("fill", 16), ("clip", 16), ("clip", 249)])
+def test_fill_and_clip_of_few_indices_take_their_own_program_untested(monkeypatch, request, kind, mode, n):
+    # Their program runs on the calling thread anyway (clip's short form up to 249 ids): no
+    # test, nothing more compiled.
     monkeypatch.setattr(_eager_unchecked, "in_range_test", lambda *a: pytest.fail("tested"))
     programs = _programs_taken(monkeypatch, lambda m, indices: m)
     _eager.clear()
     request.addfinalizer(_eager.clear)
     data = jnp.asarray(make_data((1000, 4), np.float32, 0))
-    for ids in (np.arange(16), np.arange(16) - 8):
-        np.testing.assert_array_equal(jax_gather.gather(data, ids, mode=mode), np.asarray(data)[ids])
+    for ids in (np.arange(n), np.arange(n) - 8):
+        given = jnp.asarray(ids) if kind == "jax" else ids
+        np.testing.assert_array_equal(jax_gather.gather(data, given, mode=mode), np.asarray(data)[ids])
     assert programs == [Mode(mode)] * 2
 
 
