@@ -4,6 +4,7 @@ mode judged on the device; what a signature must tell apart."""
 
 import contextlib
 import functools
+import math
 import re
 
 import hypothesis.strategies as st
@@ -752,17 +753,20 @@ def test_the_bounds_tests_either_side_of_their_switch_to_a_reduction(count, dtyp
             assert [verdict(fixed(ids)) for verdict in verdicts] == [expected] * 2, (bad, where)
 
 
-@pytest.mark.parametrize("count", [1, _host_bounds.BUFFER_LISTED_UP_TO])
+@pytest.mark.parametrize(
+    "shape", [(1,), (_host_bounds.BUFFER_LISTED_UP_TO,), (_host_bounds.BUFFER_LISTED_UP_TO + 1,), (3, 111)]
+)
 @pytest.mark.parametrize("dtype", [np.dtype(f"{k}{n}") for k in "iu" for n in (1, 2, 4, 8)])
-def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, count):
-    # A CPU JAX array's few indices are read as Python ints from its buffer: each dtype's code
-    # must read every index with its own width and sign (uint32's 2**32 - 1 is no -1).
-    size = 100
+def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, shape):
+    # A CPU JAX array's few indices are read from its buffer: as Python ints (up to
+    # BUFFER_LISTED_UP_TO), each dtype's code reading every index with its own width and sign
+    # (uint32's 2**32 - 1 is no -1); more, in any shape, viewed unsigned by NumPy for the test.
+    size, count = 100, math.prod(shape)
     info = np.iinfo(dtype)
     with enable_x64(np.dtype(dtype).itemsize == 8):
-        plan = plans.gather_plan((size, 3), (count,), 0)
+        plan = plans.gather_plan((size, 3), shape, 0)
         test, verdict = _host_bounds.buffer_tests(plan, np.dtype(dtype), count)
-        good = (np.arange(count) % size).astype(dtype)
+        good = (np.arange(count) % size).astype(dtype).reshape(shape)
         assert test(jnp.asarray(good)) and verdict(jnp.asarray(good)) is Verdict.IN_RANGE
         data = jnp.asarray(make_data((size, 3), np.float32, 0))
         for bad in {-1, -size, size, int(info.min), int(info.max)}:
@@ -771,20 +775,21 @@ def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, count):
             expected = Verdict.IN_BOUNDS if -size <= bad < 0 else Verdict.OUT_OF_BOUNDS
             for where in {0, count - 1}:
                 ids = good.copy()
-                ids[where] = bad
+                ids.flat[where] = bad
                 assert not test(jnp.asarray(ids)) and verdict(jnp.asarray(ids)) is expected, (bad, where)
                 out = expected is Verdict.OUT_OF_BOUNDS
                 with pytest.raises(IndexError) if out else contextlib.nullcontext():
                     got = jax_gather.gather(data, jnp.asarray(ids))
                     np.testing.assert_array_equal(np.asarray(got), reference.gather(np.asarray(data), ids, 0))
-    more = _host_bounds.BUFFER_LISTED_UP_TO + 1
+    more = -(-_host_bounds.READ_ONLY_ARGMAX_BELOW // np.dtype(dtype).itemsize)
     assert _host_bounds.buffer_tests(plan, np.dtype(dtype), more) is None
 
 
-def test_a_deleted_arrays_indices_fail_as_jax_says():
+@pytest.mark.parametrize("n", [2, _host_bounds.BUFFER_LISTED_UP_TO + 1])
+def test_a_deleted_arrays_indices_fail_as_jax_says(n):
     data = jnp.asarray(make_data((5, 3), np.float32, 0))
-    jax_gather.gather(data, jnp.asarray([1, 2]))  # its signature remembered
-    ids = jnp.asarray([1, 2])
+    jax_gather.gather(data, jnp.arange(n) % 5)  # its signature remembered
+    ids = jnp.arange(n) % 5
     ids.delete()
     with pytest.raises(RuntimeError, match="Array has been deleted"):
         jax_gather.gather(data, ids)
