@@ -35,7 +35,7 @@ from jax_gather._cpu_client import (
     int32_for_cpu,
     narrowed_in_chunks,
 )
-from jax_gather._host_bounds import fits_int32, in_range_test, narrow_host_indices
+from jax_gather._host_bounds import array_in_range_test, fits_int32, in_range_test, narrow_host_indices
 from jax_gather._moved_on_host import inline_once, normalised_here, on_one_cpu, promised_on_host, worker_bound
 from jax_gather._traced_bounds import normalising_is_inline
 from jax_gather._x64 import x64_on
@@ -165,7 +165,10 @@ def in_range_first(plan: GatherPlan, in_range: Call, given: Call, indices: Any) 
     cache), and others aligned where JAX's client would copy them on its worker thread
     (aligned_for_cpu)."""
     numpy = type(indices) is np.ndarray
-    test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
+    dtype = np.dtype(indices.dtype)
+    test = (
+        in_range_test(plan, dtype, indices.size) if numpy else array_in_range_test(plan, dtype, indices.size)
+    )
     to_int32 = converted_to_int32(plan, indices)
     in_chunks = to_int32 and indices.nbytes >= CPU_COPIED_INLINE
     untested = 0
@@ -175,12 +178,11 @@ def in_range_first(plan: GatherPlan, in_range: Call, given: Call, indices: Any) 
         if untested:
             untested -= 1
             return given(data, indices)
-        host = indices if numpy else np.asarray(indices)  # no copy: on the host
-        if in_chunks and host.flags.c_contiguous:
-            narrowed = narrowed_in_chunks(host, plan, test)
+        if in_chunks and indices.flags.c_contiguous:
+            narrowed = narrowed_in_chunks(indices, plan, test)
             if narrowed is not None:
                 return in_range(data, narrowed)
-        elif test(host):
+        elif test(indices):
             return in_range(
                 data, int32_for_cpu(indices) if to_int32 else aligned_for_cpu(indices) if numpy else indices
             )

@@ -297,7 +297,7 @@ def buffer_tests(
     """:func:`in_range_test` and :func:`verdict_test` of indices that export a buffer of their
     values (a JAX array on the CPU), of a whole-byte integer dtype: up to BUFFER_LISTED_UP_TO
     read as Python ints; more, below READ_ONLY_ARGMAX_BELOW bytes, tested as the buffer viewed
-    unsigned (:func:`_unsigned_view_test`) and judged by their host view; else None. Any order
+    unsigned (:func:`array_in_range_test`) and judged by their host view; else None. Any order
     of the values serves (a minimum and a maximum). An array that gives no buffer (a deleted
     one, whose error is then JAX's) is judged by its host view."""
     by_view = verdict_test(plan, size, read_only=True)
@@ -305,7 +305,7 @@ def buffer_tests(
     if by_view is None or code is None or size * dtype.itemsize >= READ_ONLY_ARGMAX_BELOW:
         return None
     if size > BUFFER_LISTED_UP_TO:
-        return _unsigned_view_test(plan, dtype, by_view), lambda indices: by_view(np.asarray(indices))
+        return array_in_range_test(plan, dtype, size), lambda indices: by_view(np.asarray(indices))
     unpack = struct.Struct(f"={size}{code}").unpack_from
     # The test reads them unsigned, as in_range_test does (a negative index becomes huge).
     unpack_unsigned = struct.Struct(f"={size}{code.upper()}").unpack_from
@@ -332,21 +332,29 @@ def buffer_tests(
     return in_range_from_buffer, verdict_from_buffer
 
 
-def _unsigned_view_test(
-    plan: GatherPlan, dtype: np.dtype, by_view: Callable[[np.ndarray], Verdict]
-) -> Callable[[Any], bool]:
-    """:func:`in_range_test` of a CPU JAX array's indices, of their buffer viewed unsigned
-    (np.frombuffer), without a host view in their own dtype to view again (np.asarray, then
-    ``.view``): 129 int32 ids 0.94 µs against 1.19."""
+@functools.lru_cache(maxsize=256)
+def array_in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[Any], bool]:
+    """:func:`in_range_test` of a CPU JAX array's indices, given the array: below
+    READ_ONLY_ARGMAX_BELOW bytes of one index component and a whole-byte integer dtype, their
+    buffer viewed unsigned (np.frombuffer), without a host view in their own dtype to view again
+    (np.asarray, then ``.view``): 129 int32 ids 0.94 µs against 1.19. An array that gives no
+    buffer (a deleted one, whose error is then JAX's) is tested through its host view."""
+    by_view = in_range_test(plan, dtype, size)
+    if (
+        plan.tuple_indices
+        or dtype not in _STRUCT_CODES
+        or not 0 < size * dtype.itemsize < READ_ONLY_ARGMAX_BELOW
+    ):
+        return lambda indices: by_view(np.asarray(indices))
     unsigned = _SIGNED_TO_UNSIGNED.get(dtype, dtype)
     (in_range_below,) = _unsigned_bounds(plan, dtype)
-    frombuffer, in_range = np.frombuffer, Verdict.IN_RANGE
+    frombuffer = np.frombuffer
 
     def in_range_from_buffer(indices: Any) -> bool:
         try:
             view = frombuffer(indices, unsigned)
         except (BufferError, ValueError):
-            return by_view(np.asarray(indices)) is in_range
+            return by_view(np.asarray(indices))
         return view.item(view.argmax()) < in_range_below
 
     return in_range_from_buffer

@@ -785,6 +785,29 @@ def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, shape):
     assert _host_bounds.buffer_tests(plan, np.dtype(dtype), more) is None
 
 
+@pytest.mark.parametrize("dtype", [np.dtype(f"{k}{n}") for k in "iu" for n in (1, 2, 4, 8)])
+def test_a_cpu_arrays_in_range_test_reads_every_index_of_its_buffer(dtype):
+    # What the host says of the same values, for one index component (the buffer viewed
+    # unsigned, in any shape) and past it (index tuples; READ_ONLY_ARGMAX_BELOW bytes and more).
+    rng = np.random.default_rng(11)
+    size = 100
+    big = _host_bounds.READ_ONLY_ARGMAX_BELOW // dtype.itemsize
+    with enable_x64(dtype.itemsize == 8):
+        for shape, plan_of in [
+            ((1,), lambda s: plans.gather_plan((size, 3), s, 0)),
+            ((3, 111), lambda s: plans.gather_elements_plan((size, 111), s, 0)),
+            ((big,), lambda s: plans.gather_plan((size, 3), s, 0)),
+            ((40, 2), lambda s: plans.gather_nd_plan((size, size), s, 0)),
+        ]:
+            test = _host_bounds.array_in_range_test(plan_of(shape), dtype, math.prod(shape))
+            for low in (0, -1, int(np.iinfo(dtype).min)):
+                for high in (size, size + 1, int(np.iinfo(dtype).max) + 1):
+                    ids = rng.integers(max(low, -size - 5), min(high, size + 5), shape).astype(dtype)
+                    ids.flat[rng.integers(ids.size)] = high - 1
+                    expected = bool(((ids >= 0) & (ids < size)).all())
+                    assert test(jnp.asarray(ids)) is expected, (shape, low, high)
+
+
 @pytest.mark.parametrize("n", [2, _host_bounds.BUFFER_LISTED_UP_TO + 1])
 def test_a_deleted_arrays_indices_fail_as_jax_says(n):
     data = jnp.asarray(make_data((5, 3), np.float32, 0))
