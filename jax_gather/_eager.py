@@ -55,6 +55,7 @@ from jax_gather._fill import element_bits
 from jax_gather._host_bounds import (
     NORMALISED_ON_HOST,
     Verdict,
+    array_in_range_test,
     buffer_tests,
     in_range_test,
     judge,
@@ -213,7 +214,8 @@ def make_call(
     if not on_host(indices):
         return checked_on_device(plan, programs, indices.sharding)
     in_range, promise = placed(programs(Mode.IN_RANGE)), placed(programs(Mode.PROMISE_IN_BOUNDS))
-    test = in_range_test(plan, np.dtype(indices.dtype), indices.size)
+    dtype, size = np.dtype(indices.dtype), indices.size
+    test = in_range_test(plan, dtype, size)
     # In [0, s-1], 64-bit host indices convert exactly to the int32 of x64 off, unless an axis
     # is longer than int32 addresses; there they saturate as in every mode (narrow_host_indices).
     narrow = max(plan.index_sizes) > INT32_MAX
@@ -296,18 +298,26 @@ def make_call(
         negatives_last = verdict is not _IN_RANGE
         return result
 
+    # A CPU JAX array's test reads its buffer (array_in_range_test), where none is probed first.
+    array_test = None if type(indices) is np.ndarray or probe else array_in_range_test(plan, dtype, size)
+
     def checked(data: Any, indices: Any) -> Any:
         numpy = type(indices) is np.ndarray
         if negatives_last:
             return judged_while_normalised(data, indices, indices if numpy else None, numpy)
-        host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
-        first_in_range = not probe or test(host[:probe])
-        if first_in_range and in_chunks and numpy and host.flags.c_contiguous:
-            narrowed = narrowed_in_chunks(host, plan, test)
-            if narrowed is not None:  # the common case: every index in [0, s-1]
-                return in_range(data, narrowed)
-        elif first_in_range and test(host[probe:] if probe else host):  # the common case
-            return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
+        if array_test is not None:
+            if array_test(indices):  # the common case: every index in [0, s-1]
+                return in_range(data, indices)
+            host = np.asarray(indices)  # no copy: the array is on the host
+        else:
+            host = indices if numpy else np.asarray(indices)
+            first_in_range = not probe or test(host[:probe])
+            if first_in_range and in_chunks and numpy and host.flags.c_contiguous:
+                narrowed = narrowed_in_chunks(host, plan, test)
+                if narrowed is not None:  # the common case
+                    return in_range(data, narrowed)
+            elif first_in_range and test(host[probe:] if probe else host):  # the common case
+                return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
         moved_here = numpy or (jax_moved_here and may_move(indices) and in_range_inline(data, indices))
         if judged_while_gathered or (jax_on_worker and not moved_here):
             return judged_while_normalised(data, indices, host, numpy)

@@ -323,9 +323,12 @@ def test_after_negative_indices_the_next_are_normalised_without_the_test_first(m
     # [0, s-1] send the call after back to the test (and its program that gathers them as they
     # are). Out of bounds raises either way, and every result is the reference's.
     tested = []
-    real_test = _eager.in_range_test
-    counted = lambda *a: (lambda test: lambda ids: tested.append(ids.size) or test(ids))(real_test(*a))
-    monkeypatch.setattr(_eager, "in_range_test", counted)
+    for name in ("in_range_test", "array_in_range_test"):  # of NumPy's and a CPU array's
+        real_test = getattr(_eager, name)
+        counted = lambda *a, real_test=real_test: (
+            lambda test: lambda ids: tested.append(ids.size) or test(ids)
+        )(real_test(*a))
+        monkeypatch.setattr(_eager, name, counted)
     programs = _programs_taken(monkeypatch, lambda mode, indices: mode)
     _eager.clear()
     request.addfinalizer(_eager.clear)
@@ -465,7 +468,8 @@ def test_fill_and_clip_in_range_first_read_what_the_reference_reads(
 def test_fill_and_clip_of_few_indices_take_their_own_program_untested(monkeypatch, request, kind, mode, n):
     # Their program runs on the calling thread anyway (clip's short form up to 249 ids): no
     # test, nothing more compiled.
-    monkeypatch.setattr(_eager_unchecked, "in_range_test", lambda *a: pytest.fail("tested"))
+    for name in ("in_range_test", "array_in_range_test"):  # of NumPy's and a CPU array's
+        monkeypatch.setattr(_eager_unchecked, name, lambda *a: pytest.fail("tested"))
     programs = _programs_taken(monkeypatch, lambda m, indices: m)
     _eager.clear()
     request.addfinalizer(_eager.clear)
