@@ -295,29 +295,21 @@ def buffer_tests(
     plan: GatherPlan, dtype: np.dtype, size: int
 ) -> tuple[Callable[[Any], bool], Callable[[Any], Verdict]] | None:
     """:func:`in_range_test` and :func:`verdict_test` of indices that export a buffer of their
-    values (a JAX array on the CPU), of a whole-byte integer dtype: up to BUFFER_LISTED_UP_TO
-    read as Python ints; more, below READ_ONLY_ARGMAX_BELOW bytes, tested as the buffer viewed
-    unsigned (:func:`array_in_range_test`) and judged by their host view; else None. Any order
-    of the values serves (a minimum and a maximum). An array that gives no buffer (a deleted
-    one, whose error is then JAX's) is judged by its host view."""
+    values (a JAX array on the CPU), of a whole-byte integer dtype, below READ_ONLY_ARGMAX_BELOW
+    bytes: the test :func:`array_in_range_test`; the verdict, up to BUFFER_LISTED_UP_TO, of the
+    Python ints the buffer holds, else of their host view. None for others. Any order of the
+    values serves (a minimum and a maximum). An array that gives no buffer (a deleted one, whose
+    error is then JAX's) is judged by its host view."""
     by_view = verdict_test(plan, size, read_only=True)
     code = _STRUCT_CODES.get(dtype)
     if by_view is None or code is None or size * dtype.itemsize >= READ_ONLY_ARGMAX_BELOW:
         return None
+    in_range_of = array_in_range_test(plan, dtype, size)
     if size > BUFFER_LISTED_UP_TO:
-        return array_in_range_test(plan, dtype, size), lambda indices: by_view(np.asarray(indices))
+        return in_range_of, lambda indices: by_view(np.asarray(indices))
     unpack = struct.Struct(f"={size}{code}").unpack_from
-    # The test reads them unsigned, as in_range_test does (a negative index becomes huge).
-    unpack_unsigned = struct.Struct(f"={size}{code.upper()}").unpack_from
     (bound,) = plan.index_sizes
-    (in_range_below,) = _unsigned_bounds(plan, dtype)
     low_bound, out, in_range, in_bounds = -bound, Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE, Verdict.IN_BOUNDS
-
-    def in_range_from_buffer(indices: Any) -> bool:
-        try:
-            return max(unpack_unsigned(indices)) < in_range_below
-        except BufferError:
-            return by_view(np.asarray(indices)) is in_range
 
     def verdict_from_buffer(indices: Any) -> Verdict:
         try:
@@ -329,25 +321,42 @@ def buffer_tests(
             return out
         return in_range if low >= 0 else in_bounds
 
-    return in_range_from_buffer, verdict_from_buffer
+    return in_range_of, verdict_from_buffer
+
+
+# Up to this many indices of a CPU JAX array, their test of [0, s-1] reads the Python ints its
+# buffer holds, viewed unsigned (struct.unpack_from, then max): 16, 32 and 48 int32 ids 0.57,
+# 0.82 and 0.97 µs, their buffer viewed unsigned by NumPy and its argmax 0.97 at each (NumPy
+# 2.4, AMD EPYC). Their verdict (a minimum and a maximum too) so up to BUFFER_LISTED_UP_TO.
+BUFFER_TESTED_UP_TO = 40
 
 
 @functools.lru_cache(maxsize=256)
 def array_in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[Any], bool]:
-    """:func:`in_range_test` of a CPU JAX array's indices, given the array: below
-    READ_ONLY_ARGMAX_BELOW bytes of one index component and a whole-byte integer dtype, their
-    buffer viewed unsigned (np.frombuffer), without a host view in their own dtype to view again
-    (np.asarray, then ``.view``): 129 int32 ids 0.94 µs against 1.19. An array that gives no
-    buffer (a deleted one, whose error is then JAX's) is tested through its host view."""
+    """:func:`in_range_test` of a CPU JAX array's indices, given the array, for one index
+    component of a whole-byte integer dtype below READ_ONLY_ARGMAX_BELOW bytes: up to
+    BUFFER_TESTED_UP_TO the Python ints its buffer holds, viewed unsigned; more, the buffer
+    viewed unsigned by NumPy (np.frombuffer), without a host view in their own dtype to view
+    again (np.asarray, then ``.view``): 129 int32 ids 0.94 µs against 1.19. Others, and an
+    array that gives no buffer (a deleted one, whose error is then JAX's), through the host
+    view."""
     by_view = in_range_test(plan, dtype, size)
-    if (
-        plan.tuple_indices
-        or dtype not in _STRUCT_CODES
-        or not 0 < size * dtype.itemsize < READ_ONLY_ARGMAX_BELOW
-    ):
+    code = _STRUCT_CODES.get(dtype)
+    if plan.tuple_indices or code is None or not 0 < size * dtype.itemsize < READ_ONLY_ARGMAX_BELOW:
         return lambda indices: by_view(np.asarray(indices))
-    unsigned = _SIGNED_TO_UNSIGNED.get(dtype, dtype)
     (in_range_below,) = _unsigned_bounds(plan, dtype)
+    if size <= BUFFER_TESTED_UP_TO:
+        # Read unsigned, as in_range_test reads them (a negative index becomes huge).
+        unpack_unsigned = struct.Struct(f"={size}{code.upper()}").unpack_from
+
+        def listed(indices: Any) -> bool:
+            try:
+                return max(unpack_unsigned(indices)) < in_range_below
+            except BufferError:
+                return by_view(np.asarray(indices))
+
+        return listed
+    unsigned = _SIGNED_TO_UNSIGNED.get(dtype, dtype)
     frombuffer = np.frombuffer
 
     def in_range_from_buffer(indices: Any) -> bool:

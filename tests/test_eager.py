@@ -791,14 +791,18 @@ def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, shape):
 
 @pytest.mark.parametrize("dtype", [np.dtype(f"{k}{n}") for k in "iu" for n in (1, 2, 4, 8)])
 def test_a_cpu_arrays_in_range_test_reads_every_index_of_its_buffer(dtype):
-    # What the host says of the same values, for one index component (the buffer viewed
-    # unsigned, in any shape) and past it (index tuples; READ_ONLY_ARGMAX_BELOW bytes and more).
+    # What the host says of the same values, for one index component (the buffer read as
+    # Python ints or viewed unsigned, in any shape) and past it (index tuples;
+    # READ_ONLY_ARGMAX_BELOW bytes and more).
     rng = np.random.default_rng(11)
     size = 100
     big = _host_bounds.READ_ONLY_ARGMAX_BELOW // dtype.itemsize
     with enable_x64(dtype.itemsize == 8):
+        listed = _host_bounds.BUFFER_TESTED_UP_TO
         for shape, plan_of in [
             ((1,), lambda s: plans.gather_plan((size, 3), s, 0)),
+            ((listed,), lambda s: plans.gather_plan((size, 3), s, 0)),
+            ((listed + 1,), lambda s: plans.gather_plan((size, 3), s, 0)),
             ((3, 111), lambda s: plans.gather_elements_plan((size, 111), s, 0)),
             ((big,), lambda s: plans.gather_plan((size, 3), s, 0)),
             ((40, 2), lambda s: plans.gather_nd_plan((size, size), s, 0)),
@@ -812,7 +816,7 @@ def test_a_cpu_arrays_in_range_test_reads_every_index_of_its_buffer(dtype):
                     assert test(jnp.asarray(ids)) is expected, (shape, low, high)
 
 
-@pytest.mark.parametrize("n", [2, _host_bounds.BUFFER_LISTED_UP_TO + 1])
+@pytest.mark.parametrize("n", [2, _host_bounds.BUFFER_LISTED_UP_TO + 1, _host_bounds.BUFFER_TESTED_UP_TO + 1])
 def test_a_deleted_arrays_indices_fail_as_jax_says(n):
     data = jnp.asarray(make_data((5, 3), np.float32, 0))
     jax_gather.gather(data, jnp.arange(n) % 5)  # its signature remembered
