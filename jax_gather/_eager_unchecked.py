@@ -146,10 +146,11 @@ def given_as_they_are(plan: GatherPlan, mode: Mode, program: Call, indices: np.n
 TESTED_FROM_INDICES, TESTED_FROM_ELEMENTS = 1024, 4096
 # Its "clip" indices at every size where the test can pay (unchecked_call): jnp.take's clip, which
 # does not normalise negatives, counts no flops, so its program runs on the calling thread at
-# every size, and its "fill" from as many as the library's (3 flops an index and more, where the
-# library's clip counts 6). Gather of 300-1000 float32 ids (rows of 4 and 16) and 400 int8 ids,
-# in [0, s-1]: 5.1-12.6 of jnp.take's clip untested back to back, 11.5-11.9 with 30 µs of other
-# work after each call, 1.39-1.47 tested either way (AMD EPYC, JAX 0.10.2, 11 paired rounds).
+# every size, where jnp's "fill" goes to a worker thread from about as many ids as the library's
+# (3 flops an index and more; the library's clip counts 4-6). Gather of 300-1000 float32 ids
+# (rows of 4 and 16) and 400 int8 ids, in [0, s-1]: 5.1-12.6 of jnp.take's clip untested back to
+# back, 11.5-11.9 with 30 µs of other work after each call, 1.39-1.47 tested either way (AMD
+# EPYC, JAX 0.10.2, 11 paired rounds).
 # After a call whose indices were not all in [0, s-1], this many calls go to the mode's program
 # untested: a test on every call (after the dispatch, while the program ran) cost GatherElements
 # of 1024 JAX-array ids with a tenth negative 1.30 of jnp's "fill" back to back against 1.04
