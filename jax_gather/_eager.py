@@ -305,19 +305,16 @@ def make_call(
         numpy = type(indices) is np.ndarray
         if negatives_last:
             return judged_while_normalised(data, indices, indices if numpy else None, numpy)
-        if array_test is not None:
-            if array_test(indices):  # the common case: every index in [0, s-1]
-                return in_range(data, indices)
-            host = np.asarray(indices)  # no copy: the array is on the host
-        else:
-            host = indices if numpy else np.asarray(indices)
-            first_in_range = not probe or test(host[:probe])
-            if first_in_range and in_chunks and numpy and host.flags.c_contiguous:
-                narrowed = narrowed_in_chunks(host, plan, test)
-                if narrowed is not None:  # the common case
-                    return in_range(data, narrowed)
-            elif first_in_range and test(host[probe:] if probe else host):  # the common case
-                return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
+        if array_test is not None and array_test(indices):  # the common case: all in [0, s-1]
+            return in_range(data, indices)
+        host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
+        first_in_range = array_test is None and (not probe or test(host[:probe]))
+        if first_in_range and in_chunks and numpy and host.flags.c_contiguous:
+            narrowed = narrowed_in_chunks(host, plan, test)
+            if narrowed is not None:  # the common case
+                return in_range(data, narrowed)
+        elif first_in_range and test(host[probe:] if probe else host):  # the common case
+            return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
         moved_here = numpy or (jax_moved_here and may_move(indices) and in_range_inline(data, indices))
         if judged_while_gathered or (jax_on_worker and not moved_here):
             return judged_while_normalised(data, indices, host, numpy)
