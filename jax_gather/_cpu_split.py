@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -62,6 +63,13 @@ def _element_loop(
 def converted_on_the_way(dtype: np.dtype) -> bool:
     """A sub-byte type XLA:CPU converts to bytes to select it (int4, uint4, float4_e2m1fn)."""
     return element_bits(dtype) < 8 and xla_cpu_converts_select(dtype)
+
+
+def splits_a_loop(program: Any, *arguments: Any) -> bool:
+    """Whether XLA:CPU splits a loop of this jitted program, on these arguments, into a task per
+    core: read off the program compiled for them, as their first call would compile it (that
+    call then finds it compiled)."""
+    return "outer_dimension_partitions" in program.lower(*arguments).compile().as_text()
 
 
 def jnp_splits_its_index_loop(components: int) -> bool:

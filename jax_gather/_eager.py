@@ -17,7 +17,10 @@ which JAX's CPU client runs on the calling thread rather than handing to a worke
 (``jax_gather._cpu_client.INLINE_FLOPS``). Few enough that their normalisation stays on the
 calling thread too, they are judged in one pass (argmin and argmax), and negative ones go to
 the program that normalises them. NumPy's 64-bit indices are converted to the int32 of x64 off
-here, once judged (JAX's own conversion costs more). Indices elsewhere (an
+here, once judged (JAX's own conversion costs more). Where XLA counts flops in the in-range
+gather itself (the converts of a narrow type), that program runs on a worker thread anyway:
+it is dispatched first and the indices judged while it runs (:func:`_dispatched_first`; for
+int4 and uint4, the fill's program, whose loop XLA splits into a task per core). Indices elsewhere (an
 accelerator) are judged there, by one reduction, and one scalar comes back; all of them are
 copied to the host only to word the error once one is out of bounds.
 """
@@ -48,7 +51,10 @@ from jax_gather._cpu_client import (
     int32_for_cpu,
     narrowed_in_chunks,
     on_host,
+    runs_on_a_worker_thread,
+    xla_splits_loops,
 )
+from jax_gather._cpu_split import converted_on_the_way, splits_a_loop
 from jax_gather._device_checked import checked_on_device
 from jax_gather._eager_unchecked import converted_to_int32, unchecked_call
 from jax_gather._fill import element_bits
@@ -240,6 +246,9 @@ def make_call(
     # indices took 1.31-2.97x jnp's "fill" judged first, 0.53-1.14 judged while it ran (AMD
     # EPYC; the worker thread, found asleep after the host's passes, woke while this thread
     # judged).
+    # Where the in-range program runs on a worker thread anyway, a program goes before the judgement.
+    first = _dispatched_first(plan, programs, data, indices)
+    first_program = placed(programs(Mode.FILL)) if first is Mode.FILL else in_range
     jax_moved_here = type(indices) is not np.ndarray and normalised_here(indices, checked=True)
     judged_while_gathered = not normalised_inline and indices.size > NORMALISED_ON_HOST and not jax_moved_here
     in_range_inline = inline_once(programs(Mode.IN_RANGE), indices.size)
@@ -258,8 +267,10 @@ def make_call(
     # go to the program that normalises them at once, without the pass (GatherElements along the
     # last axis, 75222 int32 ids a tenth negative: 1.38-1.41 of jnp's fill, 1.63-1.77 after the
     # pass; AMD EPYC, 31 paired rounds). In bounds, the whole test then reads the rest.
-    probed = judged_while_gathered and (in_chunks or indices.size >= PROBED_FROM)
-    probe = max(1, PROBED_INDICES * indices.shape[0] // indices.size) if probed else 0
+    # The probe is of leading rows (of the first dim), some of them: none in indices of one row.
+    probed = judged_while_gathered and (in_chunks or indices.size >= PROBED_FROM) and indices.shape[0] > 1
+    rows = indices.shape[0] if probed else 0
+    probe = min(max(1, PROBED_INDICES * rows // indices.size), rows - 1) if probed else 0
 
     def in_bounds_for_cpu(indices: np.ndarray) -> np.ndarray:
         """NumPy indices proved in [-s, s-1], as their program takes them."""
@@ -277,11 +288,12 @@ def make_call(
     # 0.98-1.14 by the normalising one). A JAX array's host view is then taken after the
     # dispatch: dispatched while its view was held, the program of 400 float32 rows of 16 took
     # 8.1-15.3 µs with the verdict, 6.2 when the view followed (AMD EPYC, JAX 0.10.2).
-    negatives_last = False
+    # Dispatched first, the first call's indices, at hand now, pick its program (not two).
+    negatives_last = first is Mode.IN_RANGE and not test(np.asarray(indices))
     # judge's verdict, without its lookup on every call (0.3 of its 1.0 µs on 400 ids)
     judged = by_argmin_argmax or functools.partial(judge, plan)
 
-    def judged_while_normalised(data: Any, indices: Any, host: np.ndarray | None, numpy: bool) -> Any:
+    def judged_while_gathered_by(program: Call, data: Any, indices: Any, host: np.ndarray | None) -> Any:
         nonlocal negatives_last
         # Out of bounds, its result is dropped (its gather clamps, and reads inside data): the
         # indices go as they would in bounds, wrapped or not; NumPy's as they are, as
@@ -289,13 +301,17 @@ def make_call(
         # of 29465 int64 ids, a tenth negative: 1.21 of jnp's fill converted here, 0.83 as they
         # are; of 100000 along axis 0 1.23 and 0.95; 29465 int32 ones 1.54 aligned here, 0.95;
         # AMD EPYC, JAX 0.10.2).
-        result = promise(data, (_narrowed(indices) if narrow else indices) if numpy else indices)
+        given = _narrowed(indices) if narrow and type(indices) is np.ndarray else indices
+        result = program(data, given)
         if host is None:
             host = np.asarray(indices)
-        verdict = judged(host)
+        # The test of [0, s-1] alone where no negatives are expected (one pass, the verdict two).
+        verdict = _IN_RANGE if program is not promise and test(host) else judged(host)
         if verdict is _OUT_OF_BOUNDS:
             raise_if_out_of_bounds(plan, host)
         negatives_last = verdict is not _IN_RANGE
+        if negatives_last and program is in_range:
+            return promise(data, given)  # it read the negatives as they are
         return result
 
     # A CPU JAX array's test reads its buffer (array_in_range_test), where none is probed first.
@@ -303,8 +319,11 @@ def make_call(
 
     def checked(data: Any, indices: Any) -> Any:
         numpy = type(indices) is np.ndarray
+        if first is not None:
+            program = promise if negatives_last and first is Mode.IN_RANGE else first_program
+            return judged_while_gathered_by(program, data, indices, indices if numpy else None)
         if negatives_last:
-            return judged_while_normalised(data, indices, indices if numpy else None, numpy)
+            return judged_while_gathered_by(promise, data, indices, indices if numpy else None)
         if array_test is not None and array_test(indices):  # the common case: all in [0, s-1]
             return in_range(data, indices)
         host = indices if numpy else np.asarray(indices)  # no copy: the array is on the host
@@ -317,7 +336,7 @@ def make_call(
             return in_range(data, in_bounds_for_cpu(indices) if numpy else indices)
         moved_here = numpy or (jax_moved_here and may_move(indices) and in_range_inline(data, indices))
         if judged_while_gathered or (jax_on_worker and not moved_here):
-            return judged_while_normalised(data, indices, host, numpy)
+            return judged_while_gathered_by(promise, data, indices, host)
         # Up to NORMALISED_ON_HOST NumPy indices are normalised here, and a JAX array's whose
         # normalising program would run on a worker thread (normalised_here); fewer of a JAX
         # array's are normalised by a program on the calling thread (3 flops an index: up to 333
@@ -330,6 +349,41 @@ def make_call(
         return in_range(data, in_bounds_for_cpu(moved) if moved is not None else indices)
 
     return checked
+
+
+def _dispatched_first(
+    plan: GatherPlan, programs: Callable[[Mode], Any], data: Any, indices: Any
+) -> Mode | None:
+    """The program a checked call of host indices too many to be judged in one pass dispatches
+    before judging them, where its in-range program runs on a worker thread anyway (XLA counts
+    INLINE_FLOPS in its own gather: the converts of a narrow type, a CPU lowering's arithmetic);
+    else None, judged first. Judged first, with the worker thread asleep meanwhile, the program
+    then paid its wake: Gather of 8000 bfloat16 ids in [0, s-1] 0.73 of ``jnp``'s "fill",
+    dispatched first 0.29; of 65536 1.67 and 1.30, of NumPy's int64 ones 1.16 and 0.78;
+    GatherElements of 8192 bfloat16 rows of 16 0.90 and 0.51, Gather of 2000 float8_e4m3fn rows
+    of 16 0.59 and 0.26 (AMD EPYC, JAX 0.10.2, 11 paired rounds). Fewer indices, the program
+    judged first stayed the faster (Gather of 300 float8_e4m3fn rows of 16: 0.19 against 0.24).
+
+    The program is the in-range one (and the promise's after indices with negatives), or for a
+    sub-byte type XLA:CPU converts to bytes (int4, uint4, float4_e2m1fn) the fill's, where XLA
+    splits its loop into a task per core and keeps the in-range one whole. Fact: XLA:CPU writes
+    these types a nibble at a time, ~5 ns an element on the AMD EPYC; the fill counts more
+    flops than bytes, the in-range gather fewer (its converts only). Gather of int4 rows of 1
+    by 4000-12000 ids, of 4 by 8000 and along axis 1, GatherElements of 8192 rows of 16, uint4
+    by 20000: the in-range program 1.09-1.74 of ``jnp``'s "fill" (whose loop XLA splits too),
+    the fill's 0.96-1.02. From FILL_FIRST_FROM_ELEMENTS of output: below, the split's hand-over
+    costs more than it saves (XLA counts the convert of all of data, and may split the fill's
+    loop of a few ids: GatherElements of 368 int4 ids from rows of 108160, 0.21 of ``jnp``'s
+    "fill" by the in-range program, 0.65 by the fill's)."""
+    if 0 in plan.index_sizes or not runs_on_a_worker_thread(programs(Mode.IN_RANGE), data, indices):
+        return None  # (an empty axis: no index is valid, and the host's judgement says which)
+    split_pays = math.prod(plan.output_shape) >= FILL_FIRST_FROM_ELEMENTS
+    if split_pays and converted_on_the_way(np.dtype(data.dtype)) and xla_splits_loops():
+        if splits_a_loop(programs(Mode.FILL), data, indices) and not splits_a_loop(
+            programs(Mode.IN_RANGE), data, indices
+        ):
+            return Mode.FILL
+    return Mode.IN_RANGE
 
 
 def _gathered_on_host(
@@ -424,6 +478,10 @@ def reads_in_place(plan: GatherPlan, mode: Mode, data: Any, indices: Any) -> boo
     return True
 
 
+# Output elements of a nibble type from which its checked call's program is the fill's, where XLA
+# splits that loop (_dispatched_first): Gather of int4 rows of 1 by 4000 ids, the fill's 1.01 of
+# jnp's "fill" against the in-range program's 1.09; of 2 by 2000 and 4 by 1000, 0.96-1.00 either way.
+FILL_FIRST_FROM_ELEMENTS = 4096
 _OUT_OF_BOUNDS, _IN_RANGE = Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE  # read on every call: no enum lookups
 _UNJUDGED = _OUT_OF_BOUNDS  # a promise's indices, to a host recipe: anywhere
 

@@ -135,6 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "call, not counted in its time (a program's loop: JAX's worker threads then fall asleep "
         "between calls, as they do not between calls issued back to back, the default)",
     )
+    bench.add_argument(
+        "--in-range",
+        action="store_true",
+        help="with --grid: indices in [0, s-1], a user's common case (else a tenth are negative)",
+    )
     bench.add_argument("--rounds", type=int, help="paired rounds per case (default 5 quick, 11 full)")
     bench.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")

@@ -302,8 +302,8 @@ def _validated(
 
 def _eager_call(op: _Validated, key: tuple | None) -> jax.Array:
     """An eager call: its call made (``_eager.make_call``), remembered under ``key``, and run."""
-    # The checked mode's programs never fill: concrete indices are proven in bounds first.
-    programs = _programs(op.plan, op.fill_bytes if op.mode is Mode.FILL else None)
+    # The checked mode's fill (the default) is never read: out of bounds, the call raises.
+    programs = _programs(op.plan, op.fill_bytes if op.mode.fills else None)
     call = _eager.make_call(op.plan, op.mode, programs, op.data, op.indices)
     if key is not None:
         _eager.remember(key, call)

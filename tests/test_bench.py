@@ -479,7 +479,7 @@ def test_host_work_after_each_call_is_done_and_left_out_of_its_time(tmp_path, mo
     seen = []
     monkeypatch.setattr(grid, "run_cell", lambda *a, **k: seen.append(k) or row)
     grid.remeasure([_level(row)], rounds=2, top=1)
-    assert seen == [{"host_work_s": 2e-3}]
+    assert seen == [{"host_work_s": 2e-3, "in_range": False}]
 
 
 def test_an_eager_grid_of_numpy_inputs_gives_both_numpy_and_remeasures_them_so(tmp_path, monkeypatch):
@@ -504,6 +504,31 @@ def test_an_eager_grid_of_numpy_inputs_gives_both_numpy_and_remeasures_them_so(t
     assert seen == [(True, False, True)]
     with pytest.raises(ValueError, match="give --eager"):
         grid.run(quick=True, numpy=True)
+
+
+def test_an_in_range_grid_gives_both_indices_in_range_and_remeasures_them_so(tmp_path, monkeypatch):
+    # --in-range: no negative index, to either call (the grid's default has a tenth negative:
+    # drawn from the same seed, the in-range ids are those less their negatives' shift).
+    import jax_gather
+
+    given = []
+    real_gather = jax_gather.gather
+    spy = lambda d, i, *a, **k: given.append(np.asarray(i)) or real_gather(d, i, *a, **k)
+    monkeypatch.setattr(jax_gather, "gather", spy)
+    path = tmp_path / "in_range.json"
+    argv = ["bench", "--grid", "--eager", "--in-range", "--quick", "--only", "gather axis 0 int8 w=16 n=1024"]
+    assert cli.main([*argv, "--rounds", "2", "--no-tune-allocator", "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    assert result["in_range"] is True and [r["in_range"] for r in result["grid"]] == [True]
+    assert given and all(ids.min() >= 0 and ids.max() < 4096 for ids in given)
+    cell = grid.Cell("gather axis 0", "int8", 16, 1024)
+    drawn = np.asarray(grid.make_inputs(cell)[1])
+    assert (drawn < 0).any() and np.array_equal(given[0], np.where(drawn < 0, drawn + 4096, drawn))
+    seen = []
+    row = _level(result["grid"][0])
+    monkeypatch.setattr(grid, "run_cell", lambda *a, **k: seen.append(k["in_range"]) or row)
+    assert len(grid.remeasure([row], rounds=2, top=1)) == 1
+    assert seen == [True]
 
 
 def test_a_grid_leaves_out_the_cells_whose_jnp_call_xla_cannot_run_and_raises_on_its_own(monkeypatch):

@@ -365,6 +365,69 @@ def test_after_negative_indices_the_next_are_normalised_without_the_test_first(m
             jax_gather.gather(data, given(bad))
 
 
+@pytest.mark.parametrize("first", [Mode.IN_RANGE, Mode.FILL])
+@pytest.mark.parametrize("kind", ["numpy", "jax"])
+def test_where_the_in_range_program_runs_on_a_worker_a_program_goes_before_the_judgement(
+    monkeypatch, request, kind, first
+):
+    # Where XLA counts INLINE_FLOPS in the in-range program's own gather (_dispatched_first,
+    # forced here), the checked call dispatches a program, then tests the indices while it runs:
+    # the in-range one (the promise's after negatives, and after it where the test finds
+    # negatives), or the fill's at every call. Out of bounds, its result is dropped: it raises.
+    events = []
+    real_test = _eager.in_range_test
+    counted = lambda *a: (lambda test: lambda ids: events.append("test") or test(ids))(real_test(*a))
+    monkeypatch.setattr(_eager, "in_range_test", counted)
+    _programs_taken(monkeypatch, lambda mode, indices: events.append(mode))
+    monkeypatch.setattr(_eager, "_dispatched_first", lambda plan, programs, data, indices: first)
+    _eager.clear()
+    request.addfinalizer(_eager.clear)
+    n = 2000  # past what one pass judges (normalising_is_inline)
+    data = jnp.asarray(make_data((1000, 4), np.float32, 0))  # not gathered on the host by NumPy
+    rng = np.random.default_rng(5)
+    negative, in_range = rng.integers(-1000, 1000, n), rng.integers(0, 1000, n)
+    given = jnp.asarray if kind == "jax" else (lambda ids: ids)
+    promise, fill = Mode.PROMISE_IN_BOUNDS, Mode.FILL
+    jax_gather.gather(data, given(in_range))  # makes the call
+    steps = {
+        Mode.IN_RANGE: [
+            (negative, [Mode.IN_RANGE, "test", promise]),  # it read the negatives as they are
+            (negative, [promise]),  # judged while it runs, in one pass of two reductions
+            (in_range, [promise]),
+            (in_range, [Mode.IN_RANGE, "test"]),
+        ],
+        Mode.FILL: [(negative, [fill, "test"]), (in_range, [fill, "test"])] * 2,
+    }[first]
+    for ids, taken in steps:
+        events.clear()
+        np.testing.assert_array_equal(
+            jax_gather.gather(data, given(ids)), reference.gather(np.asarray(data), ids, 0)
+        )
+        assert events == taken
+    bad = in_range.copy()
+    bad[n // 2] = 1000
+    events.clear()
+    with pytest.raises(IndexError, match=re.escape(f"indices[{n // 2}] = 1000 is out of bounds")):
+        jax_gather.gather(data, given(bad))
+    assert events == [first, "test"]  # dispatched before the judgement
+
+
+def test_a_program_goes_before_the_judgement_only_where_the_in_range_one_leaves_this_thread(monkeypatch):
+    # float32: no flop in the in-range gather, which runs on the calling thread: judged first.
+    # int4: its converts send it to a worker thread; below FILL_FIRST_FROM_ELEMENTS, and on one
+    # core (no loop split), it goes first itself, where the fill's would (test_cpu_facts: the split).
+    def first(shape, dtype, n):
+        data = jnp.asarray(make_data(shape, np.int8, 0)).astype(dtype)
+        ids = jnp.asarray(np.random.default_rng(6).integers(0, shape[0], n))
+        plan = plans.gather_plan(data.shape, ids.shape, 0)
+        return _eager._dispatched_first(plan, ops._programs(plan, np.zeros((), dtype).tobytes()), data, ids)
+
+    assert first((1000, 4), np.float32, 2000) is None
+    assert first((4096, 1), jnp.int4, _eager.FILL_FIRST_FROM_ELEMENTS - 1) is Mode.IN_RANGE  # too few
+    monkeypatch.setattr(_eager, "xla_splits_loops", lambda: False)
+    assert first((4096, 1), jnp.int4, 12000) is Mode.IN_RANGE
+
+
 @pytest.mark.parametrize("mode", ["fill", "clip"])
 @pytest.mark.parametrize("kind", ["numpy", "int64 in chunks", "jax", "committed"])
 def test_fill_and_clip_send_host_indices_in_range_to_the_program_without_index_arithmetic(
@@ -688,6 +751,23 @@ def test_many_checked_indices_are_probed_first_then_judged_while_gathered(monkey
     bad[at] = 1000
     with pytest.raises(IndexError, match=re.escape(f"indices[{at}] = 1000 is out of bounds")):
         jax_gather.gather(data, bad)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "jax"])
+def test_many_checked_indices_of_one_row_are_judged_whole(kind):
+    # The probe reads leading rows: indices of one row (Gather with batch dims of one batch,
+    # here PROBED_FROM of them) have none to probe, and are judged whole, in range and not.
+    n = _eager.PROBED_FROM + 5
+    data = make_data((1, 2, 9), np.int32, 0)
+    ids = np.random.default_rng(4).integers(0, 2, (1, n))
+    given = jnp.asarray if kind == "jax" else (lambda x: x)
+    for _ in range(2):
+        out = jax_gather.gather(given(data), given(ids), 1, batch_dims=1)
+        np.testing.assert_array_equal(out, reference.gather(data, ids, 1, batch_dims=1))
+    bad = ids.copy()
+    bad[0, n - 2] = 2
+    with pytest.raises(IndexError, match=re.escape(f"indices[0, {n - 2}] = 2 is out of bounds")):
+        jax_gather.gather(given(data), given(bad), 1, batch_dims=1)
 
 
 def test_in_range_indices_are_gathered_with_no_index_arithmetic():

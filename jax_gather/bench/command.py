@@ -102,6 +102,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
     backward, tables = getattr(args, "backward", False), getattr(args, "tables", False)
     numpy, table = getattr(args, "numpy", False), getattr(args, "table", None)
     host_work_us = getattr(args, "host_work_us", None) or 0.0
+    in_range = getattr(args, "in_range", False)
     rows = grid.run(
         quick=args.quick,
         rounds=args.rounds,
@@ -115,6 +116,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         numpy=numpy,
         table=grid.TABLE if table is None else table,
         host_work_s=host_work_us / 1e6,
+        in_range=in_range,
     )
     print(grid.format_summary(rows))
     if args.json:
@@ -123,6 +125,7 @@ def _main_grid(args: Any, machine: dict[str, Any], sync: bool) -> int:
         result |= {"eager": eager, "backward": backward, "numpy": numpy}
         result |= {"table": table} if table is not None else {}
         result |= {"host_work_us": host_work_us} if host_work_us else {}
+        result |= {"in_range": True} if in_range else {}
         with open(args.json, "w") as f:
             json.dump(result | {"grid": rows}, f, indent=1)
     if args.plot:

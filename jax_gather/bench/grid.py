@@ -178,8 +178,9 @@ def random_cells(
     return drawn
 
 
-def make_inputs(cell: Cell, seed: int = 0) -> tuple[Any, Any]:
-    """Data of the cell's dtype and in-bounds indices (a tenth negative), as device arrays."""
+def make_inputs(cell: Cell, seed: int = 0, negatives: bool = True) -> tuple[Any, Any]:
+    """Data of the cell's dtype and in-bounds indices (a tenth negative, or none without
+    ``negatives``), as device arrays."""
     import jax.numpy as jnp
 
     rng = np.random.default_rng(seed)
@@ -188,7 +189,8 @@ def make_inputs(cell: Cell, seed: int = 0) -> tuple[Any, Any]:
     plan = _plan(cell)
     sizes = np.asarray(plan.index_sizes) if plan.tuple_indices else plan.index_sizes[0]
     indices = np.floor(rng.random(indices_shape) * sizes).astype(np.int32)
-    indices = np.where(rng.random(indices_shape) < 0.1, indices - sizes, indices).astype(np.int32)
+    if negatives:
+        indices = np.where(rng.random(indices_shape) < 0.1, indices - sizes, indices).astype(np.int32)
     return jnp.asarray(data), jnp.asarray(indices)
 
 
@@ -249,6 +251,7 @@ def run_cell(
     backward: bool = False,
     numpy: bool = False,
     host_work_s: float = 0.0,
+    in_range: bool = False,
 ) -> dict[str, Any]:
     """Times one cell; returns its row (per mode: the ratio ours / jnp and its interval).
     ``eager``: both called as they are, without ``jax.jit`` (the library's eager path, whose
@@ -258,11 +261,13 @@ def run_cell(
     ``backward``: the gradient w.r.t. data of the sum of each's output (in float32), jitted.
     ``host_work_s``: that long a busy loop on the calling thread after each timed call, taken
     out of its time: a program's own work between its calls, during which JAX's worker threads
-    fall asleep, as they do not between calls issued back to back."""
+    fall asleep, as they do not between calls issued back to back. ``in_range``: indices in
+    [0, s-1] (a user's common case, which the eager checked call tests first), where otherwise
+    a tenth are negative."""
     import jax
     import jax.numpy as jnp
 
-    d, i = make_inputs(cell)
+    d, i = make_inputs(cell, negatives=not in_range)
     wrap: Callable[[Any], Any] = (lambda f: f) if eager else jax.jit
     if backward:
         wrap = lambda f: jax.jit(jax.grad(lambda d, i: f(d, i).astype(jnp.float32).sum()))
@@ -290,7 +295,7 @@ def run_cell(
     row: dict[str, Any] = dataclasses.asdict(cell) | {"reps": reps}
     row |= {"host_work_us": host_work_s * 1e6} if host_work_s else {}
     row |= ({"eager": True} if eager else {}) | ({"backward": True} if backward else {})
-    row |= {"numpy": True} if numpy else {}
+    row |= ({"numpy": True} if numpy else {}) | ({"in_range": True} if in_range else {})
     row["jnp_s"] = {m: float(np.median(times[f"jnp {m}"])) for m in MODES}
     row["ours_s"] = {m: float(np.median(times[f"ours {m}"])) for m in MODES}
     row["aa"], row["aa_interval"] = paired(times[f"ours {MODES[0]}"], times[AGAIN])
@@ -327,11 +332,12 @@ def run(
     numpy: bool = False,
     table: int = TABLE,
     host_work_s: float = 0.0,
+    in_range: bool = False,
 ) -> list[dict[str, Any]]:
     """Times the grid's cells (``quick``: the smaller grid; of an axis of ``table`` entries) or
     ``random`` random_cells (of random table lengths where ``tables``); ``eager``: as eager calls,
     of NumPy inputs where ``numpy``; ``backward``: their gradients; ``host_work_s`` after each
-    timed call (:func:`run_cell`)."""
+    timed call; indices in [0, s-1] where ``in_range`` (:func:`run_cell`)."""
     if eager and backward:
         raise ValueError("bench --grid: --eager and --backward do not combine (gradients are timed jitted)")
     if numpy and not eager:
@@ -349,7 +355,14 @@ def run(
             print(f"grid: {k} of {len(todo)} cells", file=sys.stderr, flush=True)
         rows.append(
             run_cell(
-                cell, rounds or (5 if quick else 7), settle, eager, backward, numpy, host_work_s=host_work_s
+                cell,
+                rounds or (5 if quick else 7),
+                settle,
+                eager,
+                backward,
+                numpy,
+                host_work_s=host_work_s,
+                in_range=in_range,
             )
         )
     progress(len(todo), len(todo), "done")
@@ -384,7 +397,8 @@ def remeasure(
     for k, ((cell, mode), row) in enumerate(picked.items()):
         progress(k, len(picked), cell.name)
         flags = (bool(row.get("eager")), bool(row.get("backward")), bool(row.get("numpy")))
-        again = run_cell(cell, rounds, settle, *flags, host_work_s=row.get("host_work_us", 0) / 1e6)
+        host_work_s, in_range = row.get("host_work_us", 0) / 1e6, bool(row.get("in_range"))
+        again = run_cell(cell, rounds, settle, *flags, host_work_s=host_work_s, in_range=in_range)
         records.append(
             {
                 "cell": [cell.op, cell.dtype, cell.width, cell.count, cell.table],
