@@ -482,17 +482,23 @@ def test_host_work_after_each_call_is_done_and_left_out_of_its_time(tmp_path, mo
     assert seen == [{"host_work_s": 2e-3, "in_range": False}]
 
 
-def test_an_eager_grid_of_numpy_inputs_gives_both_numpy_and_remeasures_them_so(tmp_path, monkeypatch):
+def _eager_grid_given(tmp_path, monkeypatch, flag, only):
+    """The JSON of a quick eager grid of the one cell ``only`` with ``flag``, and the (data,
+    indices) of each of the library's calls in it."""
     import jax_gather
 
     given = []
     real_gather = jax_gather.gather
     spy = lambda d, i, *a, **k: given.append((d, i)) or real_gather(d, i, *a, **k)
     monkeypatch.setattr(jax_gather, "gather", spy)
-    path = tmp_path / "numpy.json"
-    argv = ["bench", "--grid", "--eager", "--numpy", "--quick", "--only", "gather axis 0 int8 w=1024 n=129"]
-    assert cli.main([*argv, "--rounds", "2", "--no-tune-allocator", "--json", str(path)]) == 0
-    result = json.loads(path.read_text())
+    path = tmp_path / "grid.json"
+    argv = ["bench", "--grid", "--eager", flag, "--quick", "--only", only, "--rounds", "2"]
+    assert cli.main([*argv, "--no-tune-allocator", "--json", str(path)]) == 0
+    return json.loads(path.read_text()), given
+
+
+def test_an_eager_grid_of_numpy_inputs_gives_both_numpy_and_remeasures_them_so(tmp_path, monkeypatch):
+    result, given = _eager_grid_given(tmp_path, monkeypatch, "--numpy", "gather axis 0 int8 w=1024 n=129")
     assert result["numpy"] is True and [r["numpy"] for r in result["grid"]] == [True]
     data, ids = given[0]
     assert type(data) is np.ndarray and data.ctypes.data % 64 == 16 and data.shape == (4096, 1024)
@@ -509,21 +515,13 @@ def test_an_eager_grid_of_numpy_inputs_gives_both_numpy_and_remeasures_them_so(t
 def test_an_in_range_grid_gives_both_indices_in_range_and_remeasures_them_so(tmp_path, monkeypatch):
     # --in-range: no negative index, to either call (the grid's default has a tenth negative:
     # drawn from the same seed, the in-range ids are those less their negatives' shift).
-    import jax_gather
-
-    given = []
-    real_gather = jax_gather.gather
-    spy = lambda d, i, *a, **k: given.append(np.asarray(i)) or real_gather(d, i, *a, **k)
-    monkeypatch.setattr(jax_gather, "gather", spy)
-    path = tmp_path / "in_range.json"
-    argv = ["bench", "--grid", "--eager", "--in-range", "--quick", "--only", "gather axis 0 int8 w=16 n=1024"]
-    assert cli.main([*argv, "--rounds", "2", "--no-tune-allocator", "--json", str(path)]) == 0
-    result = json.loads(path.read_text())
+    result, given = _eager_grid_given(tmp_path, monkeypatch, "--in-range", "gather axis 0 int8 w=16 n=1024")
     assert result["in_range"] is True and [r["in_range"] for r in result["grid"]] == [True]
-    assert given and all(ids.min() >= 0 and ids.max() < 4096 for ids in given)
+    ids = [np.asarray(i) for _, i in given]
+    assert ids and all(i.min() >= 0 and i.max() < 4096 for i in ids)
     cell = grid.Cell("gather axis 0", "int8", 16, 1024)
     drawn = np.asarray(grid.make_inputs(cell)[1])
-    assert (drawn < 0).any() and np.array_equal(given[0], np.where(drawn < 0, drawn + 4096, drawn))
+    assert (drawn < 0).any() and np.array_equal(ids[0], np.where(drawn < 0, drawn + 4096, drawn))
     seen = []
     row = _level(result["grid"][0])
     monkeypatch.setattr(grid, "run_cell", lambda *a, **k: seen.append(k["in_range"]) or row)
