@@ -32,7 +32,7 @@ from jax_gather._host_bounds import Verdict
 from jax_gather._lowering import Lowering
 from jax_gather._traced_bounds import normalising_is_inline
 from tests import ops_table, reference
-from tests.compat import enable_x64
+from tests.compat import enable_x64, jax_gathers
 from tests.programs import counting_compiles, stdout_with_cpu_devices
 from tests.strategies import INDEX_DTYPES, make_data, make_wild_indices
 
@@ -423,6 +423,8 @@ def test_a_program_goes_before_the_judgement_only_where_the_in_range_one_leaves_
         return _eager._dispatched_first(plan, ops._programs(plan, np.zeros((), dtype).tobytes()), data, ids)
 
     assert first((1000, 4), np.float32, 2000) is None
+    if not jax_gathers(jnp.int4):
+        pytest.skip("this JAX cannot gather int4 (tests.compat.jax_gathers)")
     assert first((4096, 1), jnp.int4, _eager.FILL_FIRST_FROM_ELEMENTS - 1) is Mode.IN_RANGE  # too few
     monkeypatch.setattr(_eager, "xla_splits_loops", lambda: False)
     assert first((4096, 1), jnp.int4, 12000) is Mode.IN_RANGE
