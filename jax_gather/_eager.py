@@ -20,9 +20,9 @@ the program that normalises them. NumPy's 64-bit indices are converted to the in
 here, once judged (JAX's own conversion costs more). Where XLA counts flops in the in-range
 gather itself (the converts of a narrow type), that program runs on a worker thread anyway:
 it is dispatched first and the indices judged while it runs (:func:`_dispatched_first`; for
-int4 and uint4, the fill's program, whose loop XLA splits into a task per core). Indices elsewhere (an
-accelerator) are judged there, by one reduction, and one scalar comes back; all of them are
-copied to the host only to word the error once one is out of bounds.
+int4 and uint4, the fill's program, whose loop XLA splits into a task per core). Indices
+elsewhere (an accelerator) are judged there, by one reduction, and one scalar comes back; all
+of them are copied to the host only to word the error once one is out of bounds.
 """
 
 from __future__ import annotations
