@@ -1586,7 +1586,7 @@ def test_a_promise_of_few_column_indices_runs_where_jnps_does(n):
 
 
 def _split_into_tasks(fn, *args) -> bool:
-    return "outer_dimension_partitions" in _compiled_text(fn, *args)
+    return _cpu_split.splits_a_loop(jax.jit(fn), *_on_cpu(*args))
 
 
 def test_a_promise_of_a_small_element_gather_is_not_split_into_tasks():
