@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import functools
 import struct
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -120,6 +121,7 @@ READ_ONLY_ARGMAX_BELOW = 32768
 # Up to this many indices their verdict is found faster from a Python list, by min() and max():
 # on 1 int32 index 0.18 against 0.60 µs by argmin and argmax, on 8 0.35 against 0.60, on 16
 # level (NumPy 2.4, AMD EPYC); the few-id eager call's one cost besides its program and host view.
+# So too a CPU JAX array's test of [0, s-1] (array_in_range_test).
 LISTED_UP_TO = 8
 
 
@@ -324,29 +326,32 @@ def buffer_tests(
     return in_range_of, verdict_from_buffer
 
 
-# Up to this many indices of a CPU JAX array, their test of [0, s-1] reads the Python ints its
-# buffer holds, viewed unsigned (struct.unpack_from, then max): 16, 32 and 48 int32 ids 0.57,
-# 0.82 and 0.97 µs, their buffer viewed unsigned by NumPy and its argmax 0.97 at each (NumPy
-# 2.4, AMD EPYC). Their verdict (a minimum and a maximum too) so up to BUFFER_LISTED_UP_TO.
-BUFFER_TESTED_UP_TO = 40
+# Below this many bytes, a CPU JAX array's test of [0, s-1] past LISTED_UP_TO ids reads its
+# buffer as one Python int (int.from_bytes) and tests every index at once, a lane of the int
+# each (:func:`_lanes_below`): 16, 40, 64 and 124 int32 ids 0.59, 0.67, 0.72 and 0.97 µs, where
+# the Python ints of struct.unpack_from and their max took 0.61-1.00 and NumPy's view of the
+# buffer and its argmax 1.03-1.08. The Python int's conversion grows with the bytes: at 576
+# (144 int32 ids, 72 int64) the two are level (1.01-1.03 µs), at 704 NumPy's the faster (1.04
+# against 1.12-1.14; NumPy 2.4, Python 3.11, AMD EPYC).
+LANES_BELOW_BYTES = 576
 
 
 @functools.lru_cache(maxsize=256)
 def array_in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[Any], bool]:
     """:func:`in_range_test` of a CPU JAX array's indices, given the array, for one index
-    component of a whole-byte integer dtype below READ_ONLY_ARGMAX_BELOW bytes: up to
-    BUFFER_TESTED_UP_TO the Python ints its buffer holds, viewed unsigned; more, the buffer
-    viewed unsigned by NumPy (np.frombuffer), without a host view in their own dtype to view
-    again (np.asarray, then ``.view``): 129 int32 ids 0.94 µs against 1.19. Others, and an
-    array that gives no buffer (a deleted one, whose error is then JAX's), through the host
-    view."""
+    component of a whole-byte integer dtype below READ_ONLY_ARGMAX_BELOW bytes, read from its
+    buffer, viewed unsigned: up to LISTED_UP_TO as Python ints (struct.unpack_from, then max:
+    1-8 int32 ids 0.40-0.49 µs, as one int 0.51-0.54); more, below LANES_BELOW_BYTES, as one
+    Python int (where the bound allows: :func:`_lanes_below`); else by NumPy (np.frombuffer,
+    without a host view in their own dtype to view again: 129 int32 ids 0.94 µs against 1.19).
+    Others, and an array that gives no buffer (a deleted one, whose error is then JAX's),
+    through the host view."""
     by_view = in_range_test(plan, dtype, size)
     code = _STRUCT_CODES.get(dtype)
     if plan.tuple_indices or code is None or not 0 < size * dtype.itemsize < READ_ONLY_ARGMAX_BELOW:
         return lambda indices: by_view(np.asarray(indices))
     (in_range_below,) = _unsigned_bounds(plan, dtype)
-    if size <= BUFFER_TESTED_UP_TO:
-        # Read unsigned, as in_range_test reads them (a negative index becomes huge).
+    if size <= LISTED_UP_TO:
         unpack_unsigned = struct.Struct(f"={size}{code.upper()}").unpack_from
 
         def listed(indices: Any) -> bool:
@@ -356,6 +361,20 @@ def array_in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callabl
                 return by_view(np.asarray(indices))
 
         return listed
+    few_bytes = size * dtype.itemsize < LANES_BELOW_BYTES
+    lanes = _lanes_below(8 * dtype.itemsize, size, in_range_below) if few_bytes else None
+    if lanes is not None:
+        from_bytes, byteorder = int.from_bytes, sys.byteorder
+        tops, lifted = lanes
+
+        def as_one_int(indices: Any) -> bool:
+            try:
+                value = from_bytes(indices, byteorder)
+            except BufferError:
+                return by_view(np.asarray(indices))
+            return not value & tops and not (value + lifted) & tops
+
+        return as_one_int
     unsigned = _SIGNED_TO_UNSIGNED.get(dtype, dtype)
     frombuffer = np.frombuffer
 
@@ -415,3 +434,21 @@ def fits_int32(indices: np.ndarray) -> bool:
     else:
         low, high = int(np.minimum.reduce(indices, axis=None)), int(np.maximum.reduce(indices, axis=None))
     return _INT32.min <= low and high <= _INT32.max
+
+
+def _lanes_below(bits: int, count: int, bound: int) -> tuple[int, int] | None:
+    """The two constants that test ``count`` unsigned ``bits``-wide lanes of one Python int
+    (a buffer's values, in its byte order) against ``bound`` at once: every lane is below
+    ``bound`` where ``value & tops`` and ``(value + lifted) & tops`` are both 0. ``tops`` holds
+    each lane's top bit, so the first says every lane is below 2**(bits-1); ``lifted`` adds
+    2**(bits-1) - bound to each, which then carries into no other lane and sets a lane's top bit
+    where it is ``bound`` or more. None where ``bound`` exceeds 2**(bits-1) (an unsigned dtype's
+    long axis)."""
+    top = 1 << (bits - 1)
+    if bound > top:
+        return None
+
+    def repeated(lane: int) -> int:
+        return int.from_bytes(lane.to_bytes(bits // 8, sys.byteorder) * count, sys.byteorder)
+
+    return repeated(top), repeated(top - bound)

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import math
 import re
+import sys
 
 import hypothesis.strategies as st
 import jax
@@ -873,18 +874,20 @@ def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, shape):
 
 @pytest.mark.parametrize("dtype", [np.dtype(f"{k}{n}") for k in "iu" for n in (1, 2, 4, 8)])
 def test_a_cpu_arrays_in_range_test_reads_every_index_of_its_buffer(dtype):
-    # What the host says of the same values, for one index component (the buffer read as
-    # Python ints or viewed unsigned, in any shape) and past it (index tuples;
+    # What the host says of the same values, for one index component (the buffer read as Python
+    # ints, as one, or viewed unsigned, in any shape) and past it (index tuples;
     # READ_ONLY_ARGMAX_BELOW bytes and more).
     rng = np.random.default_rng(11)
     size = 100
     big = _host_bounds.READ_ONLY_ARGMAX_BELOW // dtype.itemsize
     with enable_x64(dtype.itemsize == 8):
-        listed = _host_bounds.BUFFER_TESTED_UP_TO
+        as_one_int = _host_bounds.LANES_BELOW_BYTES // dtype.itemsize - 1
         for shape, plan_of in [
             ((1,), lambda s: plans.gather_plan((size, 3), s, 0)),
-            ((listed,), lambda s: plans.gather_plan((size, 3), s, 0)),
-            ((listed + 1,), lambda s: plans.gather_plan((size, 3), s, 0)),
+            ((_host_bounds.LISTED_UP_TO,), lambda s: plans.gather_plan((size, 3), s, 0)),
+            ((_host_bounds.LISTED_UP_TO + 1,), lambda s: plans.gather_plan((size, 3), s, 0)),
+            ((as_one_int,), lambda s: plans.gather_plan((size, 3), s, 0)),
+            ((as_one_int + 1,), lambda s: plans.gather_plan((size, 3), s, 0)),
             ((3, 111), lambda s: plans.gather_elements_plan((size, 111), s, 0)),
             ((big,), lambda s: plans.gather_plan((size, 3), s, 0)),
             ((40, 2), lambda s: plans.gather_nd_plan((size, size), s, 0)),
@@ -898,7 +901,37 @@ def test_a_cpu_arrays_in_range_test_reads_every_index_of_its_buffer(dtype):
                     assert test(jnp.asarray(ids)) is expected, (shape, low, high)
 
 
-@pytest.mark.parametrize("n", [2, _host_bounds.BUFFER_LISTED_UP_TO + 1, _host_bounds.BUFFER_TESTED_UP_TO + 1])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_the_lanes_of_one_int_say_what_numpy_says_of_every_value_and_bound(dtype):
+    # Every value of a byte against every bound the lanes take (to 2**(bits-1)), in every lane
+    # of a few, beside values at the bound: carries between lanes would show as a wrong answer.
+    dtype = np.dtype(dtype)
+    bits = 8 * dtype.itemsize
+    values = np.arange(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, max(1, 2 ** (bits - 8)), dtype=dtype)
+    for bound in sorted({1, 2, 3, 64, 100, 127, 128, 2 ** (bits - 1) - 1, 2 ** (bits - 1)}):
+        tops, lifted = _host_bounds._lanes_below(bits, 3, bound)
+        for lane in range(3):
+            ids = np.full((values.size, 3), bound - 1, dtype)
+            ids[:, lane] = values
+            for row in ids:
+                value = int.from_bytes(row.tobytes(), sys.byteorder)
+                got = not value & tops and not (value + lifted) & tops
+                assert got == bool((row.view(f"u{dtype.itemsize}") < bound).all()), (bound, lane, row)
+    assert _host_bounds._lanes_below(bits, 3, 2 ** (bits - 1) + 1) is None  # an unsigned dtype's long axis
+
+
+@pytest.mark.parametrize("size", [100, 200, 256])
+def test_a_cpu_arrays_unsigned_bytes_are_tested_against_an_axis_longer_than_their_lanes_allow(size):
+    # uint8 ids against an axis past 128: tops would flag valid ids, so NumPy's view tests them.
+    plan = plans.gather_plan((size, 3), (20,), 0)
+    test = _host_bounds.array_in_range_test(plan, np.dtype(np.uint8), 20)
+    for high in (size - 1, size, 255):
+        ids = np.arange(20, dtype=np.uint8)
+        ids[7] = min(high, 255)
+        assert test(jnp.asarray(ids)) is bool(ids.max() < size), (size, high)
+
+
+@pytest.mark.parametrize("n", [2, _host_bounds.BUFFER_LISTED_UP_TO + 1, _host_bounds.LANES_BELOW_BYTES // 4])
 def test_a_deleted_arrays_indices_fail_as_jax_says(n):
     data = jnp.asarray(make_data((5, 3), np.float32, 0))
     jax_gather.gather(data, jnp.arange(n) % 5)  # its signature remembered
