@@ -456,7 +456,7 @@ def gather_lowering(
         stops = clamp_stops_the_vector_loop(plan, shape, dtype, indices, clamped, free)
         return (free if stops else clamped), stops
     clip, in_range = mode is Mode.CLIP, mode is Mode.IN_RANGE
-    flops = index_flops(clip=clip, unclamped=promise, in_range=in_range, components=indices.size)
+    flops = index_flops(clip=clip, unclamped=promise, in_range=in_range, plan=plan, components=indices.size)
     return lowering(plan, shape, dtype, flops), promise
 
 

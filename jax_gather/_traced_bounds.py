@@ -190,7 +190,7 @@ def working_indices(
     """
     target = _index_dtype(plan)
     sizes = axis_sizes(plan, target)
-    short = clip and short_clip(indices.size)
+    short = clip and short_clip(plan, indices.size)
     work = lambda i, s: _working(_saturate(i, target), s, clip, past_end, unclamped, short)
     batched = bool(plan.dimension_numbers.operand_batching_dims)
     by_component = batched or past_end
@@ -214,8 +214,13 @@ def _working(
     if unclamped:
         return _normalised_unclamped(indices, sizes)
     if short:
+        # Clamped into [-s, s-1], a negative index gets its s back by a remainder (an and for a
+        # power of two), with no compare and select: in [0, s-1] whatever its sign.
         bound = jnp.broadcast_to(jnp.asarray(sizes, indices.dtype), indices.shape)
-        return _normalised_unclamped(lax.clamp(-bound, indices, bound - 1), sizes)
+        clamped = lax.clamp(-bound, indices, bound - 1)
+        if np.all(_powers_of_two(sizes)):
+            return clamped & (bound - 1)  # two's complement: -s..-1 are s..2s-1 below 2**bits
+        return lax.rem(clamped + bound, bound)  # in [0, 2s-1] (short_clip: it fits), never negative
     if clip:
         indices = jnp.maximum(indices, -sizes)
     u, s = _as_unsigned(indices, sizes)
@@ -231,30 +236,52 @@ _UNCLAMPED_FLOPS = 3
 
 # What XLA counts per index component for each mode's arithmetic: none for indices known to be
 # in [0, s-1], _UNCLAMPED_FLOPS for a promise's normalisation, five with its clamp, six for clip's,
-# four for clip's short form (tests/test_cpu_facts.py checks them).
-_CLAMPED_FLOPS, _CLIP_FLOPS, _SHORT_CLIP_FLOPS = 5, 6, 4
+# fewer for clip's short form (_short_clip_flops; tests/test_cpu_facts.py checks them).
+_CLAMPED_FLOPS, _CLIP_FLOPS = 5, 6
 
 
-def short_clip(components: Any) -> bool:
-    """Whether "clip" takes its short form for this many index components: a clamp into [-s, s-1]
-    and then ``jnp``'s normalisation (4 flops an index component, where the unsigned form counts
-    6), where those keep the arithmetic under INLINE_FLOPS: the program stays on the calling
-    thread up to 249 components rather than 166. ``jnp``'s own clip (a normalisation, then the
-    gather's clamp: 3, up to 333) reads past the end, which JAX's checkify index checks flag,
-    and the library's never does. Jitted, with 30 µs of other work after each call, 200-249 ids
-    took 11-12x ``jnp``'s time by the unsigned form (on a worker thread), 1.01-1.02 by this one
-    (AMD EPYC, JAX 0.10.2). Past that, the unsigned form, which lets LLVM drop the gather's own
-    clamp (the docstring of working_indices)."""
-    return isinstance(components, int) and _SHORT_CLIP_FLOPS * components < INLINE_FLOPS
+def _powers_of_two(sizes: Any) -> Any:
+    sizes = np.asarray(sizes)
+    return (sizes > 0) & (sizes & (sizes - 1) == 0)
 
 
-def index_flops(*, clip: bool, unclamped: bool, in_range: bool, components: Any = None) -> int:
-    """What XLA counts per index component for the index arithmetic of a gather in this mode (of
-    this many index components, for clip's short form)."""
+def _short_clip_flops(plan: GatherPlan) -> int | None:
+    """What XLA counts per index component for clip's short form against the plan's axes (a
+    clamp into [-s, s-1], then an and with s - 1 where every s is a power of two, else an add of s
+    and a remainder by it), or None where there is none: a symbolic or empty axis, or one past
+    half the working dtype's range (where ``i + s`` would overflow)."""
+    sizes = plan.index_sizes
+    if any(export.is_symbolic_dim(s) for s in sizes) or min(sizes) < 1:
+        return None
+    if np.all(_powers_of_two(sizes)):
+        return 2
+    return 3 if 2 * max(sizes) - 1 <= np.iinfo(_index_dtype(plan)).max else None
+
+
+def short_clip(plan: GatherPlan, components: Any) -> bool:
+    """Whether "clip" takes its short form for this many index components: where its 2-3 flops
+    an index component (:func:`_short_clip_flops`) keep the arithmetic under INLINE_FLOPS, the
+    program stays on the calling thread up to 333 components (499 against axes of powers of
+    two), where the unsigned form's 6 left it from 167. ``jnp``'s own clip (a normalisation,
+    then the gather's clamp: 3) stays there up to 333, but reads past the end, which JAX's
+    checkify index checks flag, and the library's never does. Jitted, with 30 µs of other work
+    after each call, 200-249 ids took 11-12x ``jnp``'s time by the unsigned form (on a worker
+    thread), 1.01-1.02 by a short one (AMD EPYC, JAX 0.10.2). Past that, the unsigned form,
+    which lets LLVM drop the gather's own clamp (the docstring of working_indices)."""
+    flops = _short_clip_flops(plan)
+    return isinstance(components, int) and flops is not None and flops * components < INLINE_FLOPS
+
+
+def index_flops(
+    *, clip: bool, unclamped: bool, in_range: bool, plan: GatherPlan | None = None, components: Any = None
+) -> int:
+    """What XLA counts per index component for the index arithmetic of a gather in this mode
+    (for clip, of ``plan``'s axes and this many index components: its short form)."""
     if in_range:
         return 0
     if clip:
-        return _SHORT_CLIP_FLOPS if short_clip(components) else _CLIP_FLOPS
+        short = plan is not None and short_clip(plan, components)
+        return (_short_clip_flops(plan) if plan is not None and short else None) or _CLIP_FLOPS
     return _UNCLAMPED_FLOPS if unclamped else _CLAMPED_FLOPS
 
 

@@ -1381,14 +1381,18 @@ def test_a_promise_of_few_indices_runs_where_jnps_does(n, op):
     )
 
 
+@pytest.mark.parametrize("size", [4096, 4000])
 @pytest.mark.parametrize(
-    "mode, n", [("clip", 300), ("clip", 200), ("clip", 249), ("promise_in_bounds", 300), ("in range", 300)]
+    "mode, n",
+    [("clip", 200), ("clip", 333), ("clip", 334), ("clip", 499), ("clip", 500)]
+    + [("promise_in_bounds", 300), ("in range", 300)],
 )
-def test_xla_counts_each_modes_index_flops_and_the_written_column_indices(mode, n):
+def test_xla_counts_each_modes_index_flops_and_the_written_column_indices(mode, n, size):
     # What jax_gather._cpu weighs before writing out column indices: the mode's arithmetic and
     # the written indices' reduce-window, as XLA's cost analysis counts them (for INLINE_FLOPS;
-    # clip of up to 249 components takes its short form).
-    shape = (64, 4096)
+    # clip's short form: 2 flops an index component against an axis of a power of two, up to
+    # 499, else 3, up to 333, as jnp's own clip).
+    shape = (64, size)
     data, ids = np.zeros(shape, np.int8), np.arange(n, dtype=np.int32)
     plan = plans.gather_plan(shape, ids.shape, 1)
     with _cpu.without(*_cpu.LOWERINGS):
@@ -1398,10 +1402,11 @@ def test_xla_counts_each_modes_index_flops_and_the_written_column_indices(mode, 
             program = jax.jit(lambda d, i: jax_gather.gather(d, i, 1, mode=mode))
         counted = _flops(program.lower(*_on_cpu(data, ids)).compile())
     flops = _traced_bounds.index_flops(
-        clip=mode == "clip", unclamped=True, in_range=mode == "in range", components=n
+        clip=mode == "clip", unclamped=True, in_range=mode == "in range", plan=plan, components=n
     )
     assert counted == flops * n
-    assert counted < _cpu_client.INLINE_FLOPS or mode != "clip" or n > 249
+    if mode == "clip":
+        assert (counted < _cpu_client.INLINE_FLOPS) is (n <= (499 if size == 4096 else 333))
     written = jax.jit(lambda d, i: _cpu_columns.columns_by_written_indices(d, i[:, None], plan))
     assert _flops(written.lower(*_on_cpu(data, ids)).compile()) == _cpu.COLUMN_INDEX_FLOPS * n
 
@@ -1431,19 +1436,20 @@ def test_no_program_counts_inline_flops_or_more_where_jnps_counts_fewer(cell, mo
 @pytest.mark.parametrize(
     "cell",
     [
-        grid.Cell(op, dtype, width, count)
+        grid.Cell(op, dtype, width, count, table)
         for op in grid.OPS
         for dtype in ("float32", "int8")
         for width in (1, 16)
-        for count in (120, 200, 240)
+        for count, table in ((120, 4096), (240, 4096), (333, 4096), (300, 4000), (333, 4000))
     ],
     ids=lambda c: c.name,
 )
-def test_a_clip_stays_inline_where_jnps_does_up_to_249_index_components(cell):
-    # "clip"'s short form (a clamp into [-s, s-1], then jnp's normalisation: 4 flops an index
-    # component) keeps its program on the calling thread up to 249 components, as jnp's clip (3,
-    # reading past the end) is; the unsigned form's 6 left it from 167 (jitted, with 30 µs of
-    # other work after each call: 11-12x jnp's time). From 250 to 333 jnp's stays, ours does not.
+def test_a_clip_stays_inline_where_jnps_does(cell):
+    # "clip"'s short form (a clamp into [-s, s-1], then an and or a remainder: 2-3 flops an index
+    # component) keeps its program on the calling thread wherever jnp's clip (3, reading past the
+    # end) is, up to 333 components; the unsigned form's 6 left it from 167 (jitted, with 30 µs
+    # of other work after each call: 11-12x jnp's time), the clamp and jnp's normalisation's 4
+    # from 250.
     _assert_inline_where_jnps_is(cell, "clip")
 
 

@@ -666,7 +666,7 @@ def test_without_a_lowering_the_library_computes_the_same_by_another_program(
                     lambda d, i: jax_gather.gather_nd(d, i, 1, mode="fill")),
         LOOKUP_PAD: ((600, 300), make_wild_indices((20,), 600, np.int32, 5),
                      lambda d, i: jax_gather.gather(d, i, mode="fill")),
-        COLUMNS: ((48, 300), make_wild_indices((300,), 300, np.int32, 6),  # clip's long form
+        COLUMNS: ((48, 300), make_wild_indices((400,), 300, np.int32, 6),  # clip's long form
                   lambda d, i: jax_gather.gather(d, i, 1, mode="clip")),
         COLUMN_PAD: ((48, 300), make_wild_indices((200,), 300, np.int32, 7),  # COLUMNS_MIN_BYTES
                      lambda d, i: jax_gather.gather(d, i, 1, mode="fill")),

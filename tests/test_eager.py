@@ -478,12 +478,13 @@ def test_fill_and_clip_send_host_indices_in_range_to_the_program_without_index_a
 
 @pytest.mark.parametrize("mode", ["fill", "clip"])
 @pytest.mark.parametrize(
-    "n, width", [(250, 16), (1023, 4), (1024, 1), (_eager_unchecked.TESTED_FROM_INDICES, 4)]
+    "n, width", [(334, 16), (1023, 4), (1024, 1), (_eager_unchecked.TESTED_FROM_INDICES, 4)]
 )
 def test_fill_and_clip_test_a_cpu_arrays_indices_from_a_size(monkeypatch, request, n, width, mode):
     # "fill": fewer index components or output elements, their own program on an awake worker
     # thread is the faster back to back: untested. "clip" at every size where its program runs
-    # on a worker thread (from 250 ids: jnp.take's clip never does). NumPy's at every size.
+    # on a worker thread (from 334 ids of an axis of 1000: jnp.take's clip never does). NumPy's
+    # at every size.
     programs = _programs_taken(monkeypatch, lambda m, indices: m)
     _eager.clear()
     request.addfinalizer(_eager.clear)
@@ -530,9 +531,9 @@ def test_fill_and_clip_in_range_first_read_what_the_reference_reads(
 
 
 @pytest.mark.parametrize("kind", ["numpy", "jax"])
-@pytest.mark.parametrize("mode, n", [("fill", 16), ("clip", 16), ("clip", 249)])
+@pytest.mark.parametrize("mode, n", [("fill", 16), ("clip", 16), ("clip", 333)])
 def test_fill_and_clip_of_few_indices_take_their_own_program_untested(monkeypatch, request, kind, mode, n):
-    # Their program runs on the calling thread anyway (clip's short form up to 249 ids): no
+    # Their program runs on the calling thread anyway (clip's short form up to 333 ids): no
     # test, nothing more compiled.
     for name in ("in_range_test", "array_in_range_test"):  # of NumPy's and a CPU array's
         monkeypatch.setattr(_eager_unchecked, name, lambda *a: pytest.fail("tested"))
