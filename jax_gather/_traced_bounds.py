@@ -280,8 +280,8 @@ def index_flops(
     if in_range:
         return 0
     if clip:
-        short = plan is not None and short_clip(plan, components)
-        return (_short_clip_flops(plan) if plan is not None and short else None) or _CLIP_FLOPS
+        short = _short_clip_flops(plan) if plan is not None and short_clip(plan, components) else None
+        return short or _CLIP_FLOPS
     return _UNCLAMPED_FLOPS if unclamped else _CLAMPED_FLOPS
 
 
