@@ -149,9 +149,9 @@ TESTED_FROM_INDICES, TESTED_FROM_ELEMENTS = 1024, 4096
 # every size, where jnp's "fill" goes to a worker thread from about as many ids as the library's
 # (3 flops an index and more; the library's clip counts 2-3 up to 333 components, then 6: from
 # there on a worker thread). Gather of 300-1000 float32 ids (rows of 4 and 16) and 400 int8 ids,
-# in [0, s-1], when its clip left the calling thread from 250: 5.1-12.6 of jnp.take's clip
-# untested back to back, 11.5-11.9 with 30 µs of other work after each call, 1.39-1.47 tested
-# either way (AMD EPYC, JAX 0.10.2, 11 paired rounds).
+# in [0, s-1], by a clip program on a worker thread (at 300-400 ids a 4-flop form): 5.1-12.6 of
+# jnp.take's clip untested back to back, 11.5-11.9 with 30 µs of other work after each call,
+# 1.39-1.47 tested either way (AMD EPYC, JAX 0.10.2, 11 paired rounds).
 # After a call whose indices were not all in [0, s-1], this many calls go to the mode's program
 # untested: a test on every call (after the dispatch, while the program ran) cost GatherElements
 # of 1024 JAX-array ids with a tenth negative 1.30 of jnp's "fill" back to back against 1.04
