@@ -365,14 +365,14 @@ def array_in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callabl
     lanes = _lanes_below(8 * dtype.itemsize, size, in_range_below) if few_bytes else None
     if lanes is not None:
         from_bytes, byteorder = int.from_bytes, sys.byteorder
-        tops, lifted = lanes
+        highs, lifted = lanes
 
         def as_one_int(indices: Any) -> bool:
             try:
                 value = from_bytes(indices, byteorder)
             except BufferError:
                 return by_view(np.asarray(indices))
-            return not value & tops and not (value + lifted) & tops
+            return not value & highs and (not lifted or not (value + lifted) & highs)
 
         return as_one_int
     unsigned = _SIGNED_TO_UNSIGNED.get(dtype, dtype)
@@ -439,16 +439,18 @@ def fits_int32(indices: np.ndarray) -> bool:
 def _lanes_below(bits: int, count: int, bound: int) -> tuple[int, int] | None:
     """The two constants that test ``count`` unsigned ``bits``-wide lanes of one Python int
     (a buffer's values, in its byte order) against ``bound`` at once: every lane is below
-    ``bound`` where ``value & tops`` and ``(value + lifted) & tops`` are both 0. ``tops`` holds
-    each lane's top bit, so the first says every lane is below 2**(bits-1); ``lifted`` adds
-    2**(bits-1) - bound to each, which then carries into no other lane and sets a lane's top bit
-    where it is ``bound`` or more. None where ``bound`` exceeds 2**(bits-1) (an unsigned dtype's
-    long axis)."""
-    top = 1 << (bits - 1)
-    if bound > top:
+    ``bound`` where ``value & highs`` is 0 and, unless ``lifted`` is 0, ``(value + lifted) &
+    highs`` too. With 2**k the least power of two not below ``bound``, ``highs`` holds each
+    lane's bits from k up, so the first says every lane is below 2**k; ``lifted`` adds 2**k -
+    ``bound`` to each, which then carries into no other lane and sets bit k of a lane where it is
+    ``bound`` or more. A power of two needs the first alone (129 int32 ids: one and of the int,
+    0.09 µs, where the three ops take 0.27). None where ``bound`` exceeds 2**(bits-1) (an
+    unsigned dtype's long axis)."""
+    if bound > 1 << (bits - 1):
         return None
+    power = 1 << max(bound - 1, 0).bit_length()
 
     def repeated(lane: int) -> int:
         return int.from_bytes(lane.to_bytes(bits // 8, sys.byteorder) * count, sys.byteorder)
 
-    return repeated(top), repeated(top - bound)
+    return repeated((1 << bits) - power), repeated(power - bound)

@@ -909,14 +909,15 @@ def test_the_lanes_of_one_int_say_what_numpy_says_of_every_value_and_bound(dtype
     dtype = np.dtype(dtype)
     bits = 8 * dtype.itemsize
     values = np.arange(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, max(1, 2 ** (bits - 8)), dtype=dtype)
-    for bound in sorted({1, 2, 3, 64, 100, 127, 128, 2 ** (bits - 1) - 1, 2 ** (bits - 1)}):
-        tops, lifted = _host_bounds._lanes_below(bits, 3, bound)
+    for bound in sorted({0, 1, 2, 3, 5, 64, 65, 100, 127, 128, 2 ** (bits - 1) - 1, 2 ** (bits - 1)}):
+        highs, lifted = _host_bounds._lanes_below(bits, 3, bound)
+        assert (lifted == 0) is (bound > 0 and bound & (bound - 1) == 0)  # a power of two: one test
         for lane in range(3):
-            ids = np.full((values.size, 3), bound - 1, dtype)
+            ids = np.full((values.size, 3), max(bound - 1, 0), dtype)
             ids[:, lane] = values
             for row in ids:
                 value = int.from_bytes(row.tobytes(), sys.byteorder)
-                got = not value & tops and not (value + lifted) & tops
+                got = not value & highs and (not lifted or not (value + lifted) & highs)
                 assert got == bool((row.view(f"u{dtype.itemsize}") < bound).all()), (bound, lane, row)
     assert _host_bounds._lanes_below(bits, 3, 2 ** (bits - 1) + 1) is None  # an unsigned dtype's long axis
 
