@@ -877,29 +877,35 @@ def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, shape):
 def test_a_cpu_arrays_in_range_test_reads_every_index_of_its_buffer(dtype):
     # What the host says of the same values, for one index component (the buffer read as Python
     # ints, as one, or viewed unsigned, in any shape) and past it (index tuples;
-    # READ_ONLY_ARGMAX_BELOW bytes and more).
+    # READ_ONLY_ARGMAX_BELOW bytes and more), against an axis of 100 and one of 128 (a power of
+    # two, which one mask decides).
     rng = np.random.default_rng(11)
-    size = 100
     big = _host_bounds.READ_ONLY_ARGMAX_BELOW // dtype.itemsize
     with enable_x64(dtype.itemsize == 8):
         as_one_int = _host_bounds.LANES_BELOW_BYTES // dtype.itemsize - 1
-        for shape, plan_of in [
-            ((1,), lambda s: plans.gather_plan((size, 3), s, 0)),
-            ((_host_bounds.LISTED_UP_TO,), lambda s: plans.gather_plan((size, 3), s, 0)),
-            ((_host_bounds.LISTED_UP_TO + 1,), lambda s: plans.gather_plan((size, 3), s, 0)),
-            ((as_one_int,), lambda s: plans.gather_plan((size, 3), s, 0)),
-            ((as_one_int + 1,), lambda s: plans.gather_plan((size, 3), s, 0)),
-            ((3, 111), lambda s: plans.gather_elements_plan((size, 111), s, 0)),
-            ((big,), lambda s: plans.gather_plan((size, 3), s, 0)),
-            ((40, 2), lambda s: plans.gather_nd_plan((size, size), s, 0)),
+        for size, shape, plan_of in [
+            *(
+                (size, shape, lambda s, size=size: plans.gather_plan((size, 3), s, 0))
+                for size in (100, 128)
+                for shape in [
+                    (1,),
+                    (_host_bounds.LISTED_UP_TO,),
+                    (_host_bounds.LISTED_UP_TO + 1,),
+                    (as_one_int,),
+                    (as_one_int + 1,),
+                    (big,),
+                ]
+            ),
+            (100, (3, 111), lambda s: plans.gather_elements_plan((100, 111), s, 0)),
+            (100, (40, 2), lambda s: plans.gather_nd_plan((100, 100), s, 0)),
         ]:
             test = _host_bounds.array_in_range_test(plan_of(shape), dtype, math.prod(shape))
             for low in (0, -1, int(np.iinfo(dtype).min)):
-                for high in (size, size + 1, int(np.iinfo(dtype).max) + 1):
+                for high in sorted({min(h, int(np.iinfo(dtype).max) + 1) for h in (size, size + 1, 2**64)}):
                     ids = rng.integers(max(low, -size - 5), min(high, size + 5), shape).astype(dtype)
                     ids.flat[rng.integers(ids.size)] = high - 1
                     expected = bool(((ids >= 0) & (ids < size)).all())
-                    assert test(jnp.asarray(ids)) is expected, (shape, low, high)
+                    assert test(jnp.asarray(ids)) is expected, (size, shape, low, high)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
