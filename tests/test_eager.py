@@ -6,7 +6,6 @@ import contextlib
 import functools
 import math
 import re
-import sys
 
 import hypothesis.strategies as st
 import jax
@@ -911,26 +910,29 @@ def test_a_cpu_arrays_in_range_test_reads_every_index_of_its_buffer(dtype):
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
 def test_the_lanes_of_one_int_say_what_numpy_says_of_every_value_and_bound(dtype):
     # Every value of a byte against every bound the lanes take (to 2**(bits-1)), in every lane
-    # of a few, beside values at the bound: carries between lanes would show as a wrong answer.
+    # of the fewest ids read as one int, beside values at the bound: carries between lanes would
+    # show as a wrong answer. The test itself reads NumPy's rows (their buffer, as a CPU array's).
     dtype = np.dtype(dtype)
-    bits = 8 * dtype.itemsize
+    bits, lanes = 8 * dtype.itemsize, _host_bounds.LISTED_UP_TO + 1
     values = np.arange(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, max(1, 2 ** (bits - 8)), dtype=dtype)
     for bound in sorted({0, 1, 2, 3, 5, 64, 65, 100, 127, 128, 2 ** (bits - 1) - 1, 2 ** (bits - 1)}):
-        highs, lifted = _host_bounds._lanes_below(bits, 3, bound)
-        assert (lifted == 0) is (bound > 0 and bound & (bound - 1) == 0)  # a power of two: one test
-        for lane in range(3):
-            ids = np.full((values.size, 3), max(bound - 1, 0), dtype)
+        _, lifted = _host_bounds._lanes_below(bits, lanes, bound)
+        assert (lifted == 0) is (bound > 0 and bound & (bound - 1) == 0)  # a power of two: one mask decides
+        test = _host_bounds.array_in_range_test(plans.gather_plan((bound, 3), (lanes,), 0), dtype, lanes)
+        assert test.__name__ == "as_one_int"
+        for lane in range(lanes):
+            ids = np.full((values.size, lanes), max(bound - 1, 0), dtype)
             ids[:, lane] = values
             for row in ids:
-                value = int.from_bytes(row.tobytes(), sys.byteorder)
-                got = not value & highs and (not lifted or not (value + lifted) & highs)
-                assert got == bool((row.view(f"u{dtype.itemsize}") < bound).all()), (bound, lane, row)
-    assert _host_bounds._lanes_below(bits, 3, 2 ** (bits - 1) + 1) is None  # an unsigned dtype's long axis
+                assert test(row) == bool((row.view(f"u{dtype.itemsize}") < bound).all()), (bound, lane, row)
+    assert (
+        _host_bounds._lanes_below(bits, lanes, 2 ** (bits - 1) + 1) is None
+    )  # an unsigned dtype's long axis
 
 
 @pytest.mark.parametrize("size", [100, 200, 256])
 def test_a_cpu_arrays_unsigned_bytes_are_tested_against_an_axis_longer_than_their_lanes_allow(size):
-    # uint8 ids against an axis past 128: tops would flag valid ids, so NumPy's view tests them.
+    # uint8 ids against an axis past 128: one int's lanes cannot hold it, so NumPy's view tests them.
     plan = plans.gather_plan((size, 3), (20,), 0)
     test = _host_bounds.array_in_range_test(plan, np.dtype(np.uint8), 20)
     for high in (size - 1, size, 255):
