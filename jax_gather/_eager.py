@@ -38,6 +38,7 @@ import numpy as np
 
 from jax_gather import _cpu
 from jax_gather._arguments import Mode, under_a_trace
+from jax_gather._buffer_bounds import array_in_range_test, buffer_tests
 from jax_gather._cpu_client import (
     CPU_COPIED_INLINE,
     DEFAULT_DEVICE,
@@ -61,8 +62,6 @@ from jax_gather._fill import element_bits
 from jax_gather._host_bounds import (
     NORMALISED_ON_HOST,
     Verdict,
-    array_in_range_test,
-    buffer_tests,
     in_range_test,
     judge,
     judged_outside_range,

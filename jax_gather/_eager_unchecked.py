@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from jax_gather._arguments import Mode
+from jax_gather._buffer_bounds import array_in_range_test
 from jax_gather._cpu_client import (
     CPU_COPIED_INLINE,
     INT32_MAX,
@@ -35,7 +36,7 @@ from jax_gather._cpu_client import (
     int32_for_cpu,
     narrowed_in_chunks,
 )
-from jax_gather._host_bounds import array_in_range_test, fits_int32, in_range_test, narrow_host_indices
+from jax_gather._host_bounds import fits_int32, in_range_test, narrow_host_indices
 from jax_gather._moved_on_host import inline_once, normalised_here, on_one_cpu, promised_on_host, worker_bound
 from jax_gather._traced_bounds import normalising_is_inline
 from jax_gather._x64 import x64_on

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import struct
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -95,7 +93,7 @@ def raise_if_out_of_bounds(plan: GatherPlan, indices: np.ndarray) -> None:
     raise fail(IndexError, plan.op_name, message)
 
 
-_SIGNED_TO_UNSIGNED = {np.dtype(f"i{n}"): np.dtype(f"u{n}") for n in (1, 2, 4, 8)}
+SIGNED_TO_UNSIGNED = {np.dtype(f"i{n}"): np.dtype(f"u{n}") for n in (1, 2, 4, 8)}
 
 
 def in_range_on_host(plan: GatherPlan, indices: np.ndarray) -> bool:
@@ -125,11 +123,11 @@ READ_ONLY_ARGMAX_BELOW = 32768
 LISTED_UP_TO = 8
 
 
-def _unsigned_bounds(plan: GatherPlan, dtype: np.dtype) -> list[int]:
+def unsigned_bounds(plan: GatherPlan, dtype: np.dtype) -> list[int]:
     """Per index component, the bound below which an index viewed unsigned is in [0, s-1]: s,
     or for a signed dtype whose non-negative values are all below s, where its negatives start
     (2**(bits-1))."""
-    limit = int(np.iinfo(dtype).max) + 1 if dtype in _SIGNED_TO_UNSIGNED else None
+    limit = int(np.iinfo(dtype).max) + 1 if dtype in SIGNED_TO_UNSIGNED else None
     return [s if limit is None else min(s, limit) for s in plan.index_sizes]
 
 
@@ -141,8 +139,8 @@ def in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[np.
         return lambda indices: True
     if not all(isinstance(s, int) for s in plan.index_sizes):
         return lambda indices: False  # symbolic axes (jax.export): left to judge
-    unsigned = _SIGNED_TO_UNSIGNED.get(dtype, dtype)
-    bounds = _unsigned_bounds(plan, dtype)
+    unsigned = SIGNED_TO_UNSIGNED.get(dtype, dtype)
+    bounds = unsigned_bounds(plan, dtype)
     if not plan.tuple_indices:
         (bound,) = bounds
         maximum = np.maximum.reduce  # NumPy's max() without its Python wrapper: ~0.2 µs a call
@@ -183,7 +181,7 @@ def moved_in_range(plan: GatherPlan, indices: np.ndarray) -> np.ndarray:
     dtype where it holds every s, else int64); any other outside [-s, s-1] lands outside
     [0, s-1]. Two passes, where % s divides an index at a time (8192 int64: 2.9 against 15 us)."""
     sizes = _host_sizes(plan, indices.dtype)
-    unsigned = _SIGNED_TO_UNSIGNED.get(indices.dtype)
+    unsigned = SIGNED_TO_UNSIGNED.get(indices.dtype)
     if unsigned is None or sizes.dtype != indices.dtype:
         return indices + (indices < 0) * sizes  # unsigned: nothing to move; or a wider dtype
     # min(u, u + s) of the indices viewed unsigned, as in in_bounds_mask: i + s for i in
@@ -279,115 +277,6 @@ def verdict_test(
     return where_writeable
 
 
-# The struct codes of the integer dtypes whose values a buffer gives Python (buffer_tests).
-_STRUCT_CODES = {
-    np.dtype(f"{kind}{n}"): code
-    for kind, codes in (("i", "bhiq"), ("u", "BHIQ"))
-    for n, code in zip((1, 2, 4, 8), codes)
-}
-# Up to this many indices of a CPU JAX array, their verdict is found from the Python ints its
-# buffer holds (struct.unpack_from), without a host view (np.asarray of a CPU array: 0.56 µs)
-# or a NumPy call: view and verdict of 1, 8, 16 and 32 int32 ids took 0.50, 0.69, 0.96 and 1.50
-# µs, by the host view's argmin and argmax 1.30, 1.31, 1.33 and 1.37 (NumPy 2.4, AMD EPYC).
-BUFFER_LISTED_UP_TO = 16
-
-
-@functools.lru_cache(maxsize=256)
-def buffer_tests(
-    plan: GatherPlan, dtype: np.dtype, size: int
-) -> tuple[Callable[[Any], bool], Callable[[Any], Verdict]] | None:
-    """:func:`in_range_test` and :func:`verdict_test` of indices that export a buffer of their
-    values (a JAX array on the CPU), of a whole-byte integer dtype, below READ_ONLY_ARGMAX_BELOW
-    bytes: the test :func:`array_in_range_test`; the verdict, up to BUFFER_LISTED_UP_TO, of the
-    Python ints the buffer holds, else of their host view. None for others. Any order of the
-    values serves (a minimum and a maximum). An array that gives no buffer (a deleted one, whose
-    error is then JAX's) is judged by its host view."""
-    by_view = verdict_test(plan, size, read_only=True)
-    code = _STRUCT_CODES.get(dtype)
-    if by_view is None or code is None or size * dtype.itemsize >= READ_ONLY_ARGMAX_BELOW:
-        return None
-    in_range_of = array_in_range_test(plan, dtype, size)
-    if size > BUFFER_LISTED_UP_TO:
-        return in_range_of, lambda indices: by_view(np.asarray(indices))
-    unpack = struct.Struct(f"={size}{code}").unpack_from
-    (bound,) = plan.index_sizes
-    low_bound, out, in_range, in_bounds = -bound, Verdict.OUT_OF_BOUNDS, Verdict.IN_RANGE, Verdict.IN_BOUNDS
-
-    def verdict_from_buffer(indices: Any) -> Verdict:
-        try:
-            values = unpack(indices)
-        except BufferError:
-            return by_view(np.asarray(indices))
-        low, high = min(values), max(values)
-        if low < low_bound or high >= bound:
-            return out
-        return in_range if low >= 0 else in_bounds
-
-    return in_range_of, verdict_from_buffer
-
-
-# Below this many bytes, a CPU JAX array's test of [0, s-1] past LISTED_UP_TO ids reads its
-# buffer as one Python int (int.from_bytes) and tests every index at once, a lane of the int
-# each (:func:`_lanes_below`): 16, 40, 64 and 124 int32 ids 0.59, 0.67, 0.72 and 0.97 µs, where
-# the Python ints of struct.unpack_from and their max took 0.61-1.00 and NumPy's view of the
-# buffer and its argmax 1.03-1.08. The Python int's conversion grows with the bytes: at 576
-# (144 int32 ids, 72 int64) the two are level (1.01-1.03 µs), at 704 NumPy's the faster (1.04
-# against 1.12-1.14; NumPy 2.4, Python 3.11, AMD EPYC).
-LANES_BELOW_BYTES = 576
-
-
-@functools.lru_cache(maxsize=256)
-def array_in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[Any], bool]:
-    """:func:`in_range_test` of a CPU JAX array's indices, given the array, for one index
-    component of a whole-byte integer dtype below READ_ONLY_ARGMAX_BELOW bytes, read from its
-    buffer, viewed unsigned: up to LISTED_UP_TO as Python ints (struct.unpack_from, then max:
-    1-8 int32 ids 0.40-0.49 µs, as one int 0.51-0.54); more, below LANES_BELOW_BYTES, as one
-    Python int (where the bound allows: :func:`_lanes_below`); else by NumPy (np.frombuffer,
-    without a host view in their own dtype to view again: 129 int32 ids 0.94 µs against 1.19).
-    Others, and an array that gives no buffer (a deleted one, whose error is then JAX's),
-    through the host view."""
-    by_view = in_range_test(plan, dtype, size)
-    code = _STRUCT_CODES.get(dtype)
-    if plan.tuple_indices or code is None or not 0 < size * dtype.itemsize < READ_ONLY_ARGMAX_BELOW:
-        return lambda indices: by_view(np.asarray(indices))
-    (in_range_below,) = _unsigned_bounds(plan, dtype)
-    if size <= LISTED_UP_TO:
-        unpack_unsigned = struct.Struct(f"={size}{code.upper()}").unpack_from
-
-        def listed(indices: Any) -> bool:
-            try:
-                return max(unpack_unsigned(indices)) < in_range_below
-            except BufferError:
-                return by_view(np.asarray(indices))
-
-        return listed
-    few_bytes = size * dtype.itemsize < LANES_BELOW_BYTES
-    lanes = _lanes_below(8 * dtype.itemsize, size, in_range_below) if few_bytes else None
-    if lanes is not None:
-        from_bytes, byteorder = int.from_bytes, sys.byteorder
-        highs, lifted = lanes
-
-        def as_one_int(indices: Any) -> bool:
-            try:
-                value = from_bytes(indices, byteorder)
-            except BufferError:
-                return by_view(np.asarray(indices))
-            return not value & highs and (not lifted or not (value + lifted) & highs)
-
-        return as_one_int
-    unsigned = _SIGNED_TO_UNSIGNED.get(dtype, dtype)
-    frombuffer = np.frombuffer
-
-    def in_range_from_buffer(indices: Any) -> bool:
-        try:
-            view = frombuffer(indices, unsigned)
-        except (BufferError, ValueError):
-            return by_view(np.asarray(indices))
-        return view.item(view.argmax()) < in_range_below
-
-    return in_range_from_buffer
-
-
 def judge(plan: GatherPlan, indices: np.ndarray) -> Verdict:
     """Where concrete ``indices`` lie, by a minimum and a maximum per component (two passes, no
     temporaries; :func:`verdict_test` where it applies)."""
@@ -434,23 +323,3 @@ def fits_int32(indices: np.ndarray) -> bool:
     else:
         low, high = int(np.minimum.reduce(indices, axis=None)), int(np.maximum.reduce(indices, axis=None))
     return _INT32.min <= low and high <= _INT32.max
-
-
-def _lanes_below(bits: int, count: int, bound: int) -> tuple[int, int] | None:
-    """The two constants that test ``count`` unsigned ``bits``-wide lanes of one Python int
-    (a buffer's values, in its byte order) against ``bound`` at once: every lane is below
-    ``bound`` where ``value & highs`` is 0 and, unless ``lifted`` is 0, ``(value + lifted) &
-    highs`` too. With 2**k the least power of two not below ``bound``, ``highs`` holds each
-    lane's bits from k up, so the first says every lane is below 2**k; ``lifted`` adds 2**k -
-    ``bound`` to each, which then carries into no other lane and sets bit k of a lane where it is
-    ``bound`` or more. A power of two needs the first alone (129 int32 ids: one and of the int,
-    0.09 µs, where the three ops take 0.27). None where ``bound`` exceeds 2**(bits-1) (an
-    unsigned dtype's long axis)."""
-    if bound > 1 << (bits - 1):
-        return None
-    power = 1 << max(bound - 1, 0).bit_length()
-
-    def repeated(lane: int) -> int:
-        return int.from_bytes(lane.to_bytes(bits // 8, sys.byteorder) * count, sys.byteorder)
-
-    return repeated((1 << bits) - power), repeated(power - bound)

@@ -4,6 +4,7 @@ mode judged on the device; what a signature must tell apart."""
 
 import contextlib
 import functools
+import itertools
 import math
 import re
 
@@ -16,6 +17,7 @@ from hypothesis import given
 
 import jax_gather
 from jax_gather import (
+    _buffer_bounds,
     _cpu,
     _cpu_client,
     _device_checked,
@@ -658,7 +660,7 @@ def test_negative_indices_go_to_their_own_program_where_the_in_range_one_runs_on
 
 @pytest.mark.parametrize("mode", ["checked", "promise_in_bounds"])
 @pytest.mark.parametrize("promise_on_a_worker", [False, True])
-@pytest.mark.parametrize("n", [1, _host_bounds.BUFFER_LISTED_UP_TO + 1, 333])
+@pytest.mark.parametrize("n", [1, _buffer_bounds.BUFFER_LISTED_UP_TO + 1, 333])
 def test_a_promises_few_negative_indices_are_normalised_on_the_host_where_their_program_runs_on_a_worker(
     monkeypatch, request, mode, n, promise_on_a_worker
 ):
@@ -841,7 +843,8 @@ def test_the_bounds_tests_either_side_of_their_switch_to_a_reduction(count, dtyp
 
 
 @pytest.mark.parametrize(
-    "shape", [(1,), (_host_bounds.BUFFER_LISTED_UP_TO,), (_host_bounds.BUFFER_LISTED_UP_TO + 1,), (3, 111)]
+    "shape",
+    [(1,), (_buffer_bounds.BUFFER_LISTED_UP_TO,), (_buffer_bounds.BUFFER_LISTED_UP_TO + 1,), (3, 111)],
 )
 @pytest.mark.parametrize("dtype", [np.dtype(f"{k}{n}") for k in "iu" for n in (1, 2, 4, 8)])
 def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, shape):
@@ -852,7 +855,7 @@ def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, shape):
     info = np.iinfo(dtype)
     with enable_x64(np.dtype(dtype).itemsize == 8):
         plan = plans.gather_plan((size, 3), shape, 0)
-        test, verdict = _host_bounds.buffer_tests(plan, np.dtype(dtype), count)
+        test, verdict = _buffer_bounds.buffer_tests(plan, np.dtype(dtype), count)
         good = (np.arange(count) % size).astype(dtype).reshape(shape)
         assert test(jnp.asarray(good)) and verdict(jnp.asarray(good)) is Verdict.IN_RANGE
         data = jnp.asarray(make_data((size, 3), np.float32, 0))
@@ -869,7 +872,7 @@ def test_a_cpu_arrays_few_indices_are_judged_from_its_buffer(dtype, shape):
                     got = jax_gather.gather(data, jnp.asarray(ids))
                     np.testing.assert_array_equal(np.asarray(got), reference.gather(np.asarray(data), ids, 0))
     more = -(-_host_bounds.READ_ONLY_ARGMAX_BELOW // np.dtype(dtype).itemsize)
-    assert _host_bounds.buffer_tests(plan, np.dtype(dtype), more) is None
+    assert _buffer_bounds.buffer_tests(plan, np.dtype(dtype), more) is None
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(f"{k}{n}") for k in "iu" for n in (1, 2, 4, 8)])
@@ -881,7 +884,7 @@ def test_a_cpu_arrays_in_range_test_reads_every_index_of_its_buffer(dtype):
     rng = np.random.default_rng(11)
     big = _host_bounds.READ_ONLY_ARGMAX_BELOW // dtype.itemsize
     with enable_x64(dtype.itemsize == 8):
-        as_one_int = _host_bounds.LANES_BELOW_BYTES // dtype.itemsize - 1
+        as_one_int = _buffer_bounds.LANES_BELOW_BYTES // dtype.itemsize - 1
         for size, shape, plan_of in [
             *(
                 (size, shape, lambda s, size=size: plans.gather_plan((size, 3), s, 0))
@@ -898,7 +901,7 @@ def test_a_cpu_arrays_in_range_test_reads_every_index_of_its_buffer(dtype):
             (100, (3, 111), lambda s: plans.gather_elements_plan((100, 111), s, 0)),
             (100, (40, 2), lambda s: plans.gather_nd_plan((100, 100), s, 0)),
         ]:
-            test = _host_bounds.array_in_range_test(plan_of(shape), dtype, math.prod(shape))
+            test = _buffer_bounds.array_in_range_test(plan_of(shape), dtype, math.prod(shape))
             for low in (0, -1, int(np.iinfo(dtype).min)):
                 for high in sorted({min(h, int(np.iinfo(dtype).max) + 1) for h in (size, size + 1, 2**64)}):
                     ids = rng.integers(max(low, -size - 5), min(high, size + 5), shape).astype(dtype)
@@ -916,9 +919,9 @@ def test_the_lanes_of_one_int_say_what_numpy_says_of_every_value_and_bound(dtype
     bits, lanes = 8 * dtype.itemsize, _host_bounds.LISTED_UP_TO + 1
     values = np.arange(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, max(1, 2 ** (bits - 8)), dtype=dtype)
     for bound in sorted({0, 1, 2, 3, 5, 64, 65, 100, 127, 128, 2 ** (bits - 1) - 1, 2 ** (bits - 1)}):
-        _, lifted = _host_bounds._lanes_below(bits, lanes, bound)
+        _, lifted = _buffer_bounds._lanes_below(bits, lanes, bound)
         assert (lifted == 0) is (bound > 0 and bound & (bound - 1) == 0)  # a power of two: one mask decides
-        test = _host_bounds.array_in_range_test(plans.gather_plan((bound, 3), (lanes,), 0), dtype, lanes)
+        test = _buffer_bounds.array_in_range_test(plans.gather_plan((bound, 3), (lanes,), 0), dtype, lanes)
         assert test.__name__ == "as_one_int"
         for lane in range(lanes):
             ids = np.full((values.size, lanes), max(bound - 1, 0), dtype)
@@ -926,22 +929,55 @@ def test_the_lanes_of_one_int_say_what_numpy_says_of_every_value_and_bound(dtype
             for row in ids:
                 assert test(row) == bool((row.view(f"u{dtype.itemsize}") < bound).all()), (bound, lane, row)
     assert (
-        _host_bounds._lanes_below(bits, lanes, 2 ** (bits - 1) + 1) is None
+        _buffer_bounds._lanes_below(bits, lanes, 2 ** (bits - 1) + 1) is None
     )  # an unsigned dtype's long axis
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_the_verdict_of_one_ints_lanes_says_what_numpy_says_of_every_value_and_bound(dtype):
+    # The verdict read as one int (in [0, s-1], in [-s, s-1] with some negative, or out), of
+    # every value of a byte in every lane of a few ids, the others in range or (signed) at -s:
+    # a carry between lanes of x + s, or a sign bit lost, would show as a wrong verdict. Bounds
+    # to a quarter of a signed dtype's range and half of an unsigned one's; past them no such
+    # verdict, and the buffer's listed ints or host view judge (NumPy's rows read as a CPU
+    # array's buffer).
+    dtype = np.dtype(dtype)
+    bits, lanes, signed = 8 * dtype.itemsize, 5, dtype.kind == "i"
+    values = np.arange(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, max(1, 2 ** (bits - 8)), dtype=dtype)
+    last = 2 ** (bits - 1 - signed)
+    for bound in sorted({0, 1, 2, 3, 5, 31, 32, 33, 63, 64, 100, 127, 128, last - 1, last, last + 1}):
+        plan = plans.gather_plan((bound, 3), (lanes,), 0)
+        verdict = _buffer_bounds.buffer_tests(plan, dtype, lanes)[1]
+        assert (verdict.__name__ == "verdict_as_one_int") is (bound <= last), bound
+        for lane, other in itertools.product(range(lanes), {max(bound - 1, 0), -bound if signed else 0}):
+            ids = np.full((values.size, lanes), other, dtype)
+            ids[:, lane] = values
+            for row in ids:
+                wide = row.astype(np.int64)
+                expected = (
+                    Verdict.OUT_OF_BOUNDS
+                    if (wide < -bound).any() or (wide >= bound).any()
+                    else Verdict.IN_RANGE
+                    if (wide >= 0).all()
+                    else Verdict.IN_BOUNDS
+                )
+                assert verdict(row) is expected, (bound, lane, row)
 
 
 @pytest.mark.parametrize("size", [100, 200, 256])
 def test_a_cpu_arrays_unsigned_bytes_are_tested_against_an_axis_longer_than_their_lanes_allow(size):
     # uint8 ids against an axis past 128: one int's lanes cannot hold it, so NumPy's view tests them.
     plan = plans.gather_plan((size, 3), (20,), 0)
-    test = _host_bounds.array_in_range_test(plan, np.dtype(np.uint8), 20)
+    test = _buffer_bounds.array_in_range_test(plan, np.dtype(np.uint8), 20)
     for high in (size - 1, size, 255):
         ids = np.arange(20, dtype=np.uint8)
         ids[7] = min(high, 255)
         assert test(jnp.asarray(ids)) is bool(ids.max() < size), (size, high)
 
 
-@pytest.mark.parametrize("n", [2, _host_bounds.BUFFER_LISTED_UP_TO + 1, _host_bounds.LANES_BELOW_BYTES // 4])
+@pytest.mark.parametrize(
+    "n", [2, _buffer_bounds.BUFFER_LISTED_UP_TO + 1, _buffer_bounds.LANES_BELOW_BYTES // 4]
+)
 def test_a_deleted_arrays_indices_fail_as_jax_says(n):
     data = jnp.asarray(make_data((5, 3), np.float32, 0))
     jax_gather.gather(data, jnp.arange(n) % 5)  # its signature remembered
