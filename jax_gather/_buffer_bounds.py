@@ -59,7 +59,7 @@ def buffer_tests(
     if by_view is None or code is None or size * dtype.itemsize >= READ_ONLY_ARGMAX_BELOW:
         return None
     in_range_of = array_in_range_test(plan, dtype, size)
-    by_one_int = _verdict_as_one_int(plan, dtype, size)
+    by_one_int = _verdict_as_one_int(plan, dtype, size, by_view)
     if by_one_int is not None:
         return in_range_of, by_one_int
     if size > BUFFER_LISTED_UP_TO:
@@ -143,10 +143,13 @@ def array_in_range_test(plan: GatherPlan, dtype: np.dtype, size: int) -> Callabl
     return in_range_from_buffer
 
 
-def _verdict_as_one_int(plan: GatherPlan, dtype: np.dtype, size: int) -> Callable[[Any], Verdict] | None:
+def _verdict_as_one_int(
+    plan: GatherPlan, dtype: np.dtype, size: int, by_view: Callable[[np.ndarray], Verdict]
+) -> Callable[[Any], Verdict] | None:
     """The verdict on a buffer's ``size`` indices of ``dtype`` (one component, below
     LANES_BELOW_BYTES) read as one Python int, a lane each, as :func:`array_in_range_test`'s
-    test reads them; None where the bounds allow no such test. Every lane below s says IN_RANGE;
+    test reads them (``by_view`` where the array gives no buffer); None where the bounds allow no
+    such test. Every lane below s says IN_RANGE;
     else, of a signed dtype with some lane negative, each lane's x + s (added lane by lane:
     its sign bit set aside so that no carry leaves it, then put back by exclusive or) below 2s
     says IN_BOUNDS. Of 40 and 129 int32 ids with negatives 1.25 and 1.75 µs, where the host
@@ -157,14 +160,11 @@ def _verdict_as_one_int(plan: GatherPlan, dtype: np.dtype, size: int) -> Callabl
     bits, (bound,), signed = 8 * dtype.itemsize, plan.index_sizes, dtype in SIGNED_TO_UNSIGNED
     if not isinstance(bound, int):
         return None
-    below, within = _lanes_below(bits, size, bound), _lanes_below(bits, size, 2 * bound)
-    if below is None or (signed and within is None):
+    below = _lanes_below(bits, size, bound)
+    within = _lanes_below(bits, size, 2 * bound) if signed else below  # unsigned: never asked
+    if below is None or within is None:
         return None
-    by_view = verdict_test(plan, size, read_only=True)
-    if by_view is None:
-        return None
-    highs, lifted = below
-    wide_highs, wide_lifted = within or below
+    (highs, lifted), (wide_highs, wide_lifted) = below, within
     signs = _repeated(1 << (bits - 1), bits, size) if signed else 0
     added = _repeated(bound, bits, size)
     from_bytes, byteorder = int.from_bytes, sys.byteorder
